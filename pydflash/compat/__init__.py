@@ -1,0 +1,1 @@
+"""Drafter/target compatibility: Gemma transform inheritance, pairing checks, older drafter layouts."""

@@ -1,0 +1,39 @@
+"""Frozen configuration, validated on construction (ValueError, never assert)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    n_slots: int = 1  # concurrent requests
+    n_ctx_slot: int = 4096  # context window of each slot (prompt + generation + one draft block)
+    n_batch: int = 512  # prefill chunk
+    n_ubatch: int = 512
+    n_threads: int = 0  # 0 = llama.cpp default
+    n_gpu_layers: int = 0
+    # Drafts per step: None = the drafter's trained block size - 1; 0 = plain decoding through the same engine.
+    draft_max: Optional[int] = None
+    # Shrink drafting (down to none) while the measured acceptance does not pay for the draft.
+    adaptive: bool = False
+    # Benchmarking only: force this mean acceptance length (counting the bonus); the text becomes invalid.
+    synth_len: Optional[float] = None
+    seed: int = 0
+    # Check the feature/KV invariants after every commit (two cheap native calls per slot).
+    check_invariants: bool = True
+
+    def __post_init__(self):
+        if self.n_slots < 1:
+            raise ValueError("n_slots must be >= 1")
+        if self.n_ctx_slot < 8:
+            raise ValueError("n_ctx_slot must be >= 8")
+        if self.n_ubatch < 1 or self.n_batch < self.n_ubatch:
+            raise ValueError("need 1 <= n_ubatch <= n_batch")
+        if self.n_threads < 0:
+            raise ValueError("n_threads must be >= 0")
+        if self.draft_max is not None and self.draft_max < 0:
+            raise ValueError("draft_max must be >= 0")
+        if self.synth_len is not None and self.synth_len < 1.0:
+            raise ValueError("synth_len must be >= 1 (it counts the bonus token)")

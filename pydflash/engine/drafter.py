@@ -1,0 +1,59 @@
+"""The drafter side of a step: inject committed target features, then propose a draft block per slot.
+
+One drafter forward covers every drafting slot's noise block ``[anchor, MASK x K]`` (non-causal inside each block;
+the unified KV mask keeps sequences apart). The noise block writes its own K/V at [n_past, n_past + K]; we remove
+it right after reading the drafts, before the committed features are injected at those positions, or it would
+pollute the next draft.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..native import Context, TokenBatch
+from .slot import Slot
+
+
+class Drafter:
+    def __init__(self, ctx: Context, block_size: int, mask_token: int):
+        self.ctx = ctx
+        self.block_size = block_size
+        self.mask_token = mask_token
+        self.batch = TokenBatch(ctx.params.n_ubatch)
+
+    def inject(self, slots: list[Slot]) -> None:
+        """Write every pending feature row of these slots into the drafter KV, in n_ubatch chunks."""
+        parts = []
+        for slot in slots:
+            pending = slot.take_pending()
+            if pending is not None:
+                parts.append((slot, pending))
+        if not parts:
+            return
+        rows = np.concatenate([p.rows for _, p in parts]) if len(parts) > 1 else parts[0][1].rows
+        pos = np.concatenate([p.positions for _, p in parts]) if len(parts) > 1 else parts[0][1].positions
+        seqs = np.concatenate([np.full(len(p.positions), s.seq, dtype=np.int32) for s, p in parts])
+        step = self.ctx.params.n_ubatch
+        for i in range(0, len(rows), step):
+            self.ctx.inject(rows[i : i + step], pos[i : i + step], seqs[i : i + step])
+        for slot, p in parts:
+            slot.drafter_len += len(p.positions)
+
+    def propose(self, plan: list[tuple[Slot, int]]) -> dict[int, list[int]]:
+        """Drafts per slot seq for every (slot, K>0) in plan, from one batched drafter forward."""
+        drafting = [(s, k) for s, k in plan if k > 0]
+        if not drafting:
+            return {}
+        self.inject([s for s, _ in drafting])
+        b = self.batch
+        b.clear()
+        where = []
+        for slot, k in drafting:
+            start = b.add([slot.anchor] + [self.mask_token] * k, slot.n_past, slot.seq, [False] + [True] * k)
+            where.append((slot, start, k))
+        self.ctx.decode(b)
+        drafts = {}
+        for slot, start, k in where:
+            drafts[slot.seq] = self.ctx.greedy(range(start + 1, start + 1 + k))
+            self.ctx.seq_rm(slot.seq, slot.n_past)  # drop the noise block's own K/V
+        return drafts

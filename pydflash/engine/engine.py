@@ -1,0 +1,271 @@
+"""The step engine: many concurrent requests ("slots"), one DFlash transaction per step.
+
+    step():  admit -> plan drafts -> propose (one drafter forward) -> verify (one target forward)
+             -> accept + commit / rollback per slot
+
+Terms (draft block, anchor, accepted, bonus, commit, rollback, target features) are defined in ``accept.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import deque
+from typing import Iterable, Optional
+
+import numpy as np
+
+from ..config import EngineConfig
+from ..errors import ContextOverflow, InvalidRequest, InvariantError
+from ..native import Context, ContextParams
+from ..pair import Pair
+from . import adaptive
+from .accept import commit_tokens, greedy_accept, synthetic_accept, synthetic_rate
+from .drafter import Drafter
+from .request import Event, Request, Result
+from .slot import Slot
+from .stats import Stats
+from .text import TextStream
+from .verifier import Verifier
+
+log = logging.getLogger(__name__)
+
+# A slot that is not drafting still collects target features; inject them once this many are pending.
+MAX_PENDING_ROWS = 256
+
+
+class Engine:
+    def __init__(self, pair: Pair, config: EngineConfig = EngineConfig()):
+        self.pair = pair
+        self.config = config
+        self.model = pair.target
+        self.block_size = pair.block_size if pair.drafter is not None else 0
+        self.default_draft = self._clamp_draft(config.draft_max)
+        spec = pair.drafter is not None and (self.default_draft > 0 or config.adaptive)
+        span = max(self.block_size, 1)  # most positions a slot verifies in one step: anchor + drafts
+        n_batch = max(config.n_batch, config.n_slots * span)
+        n_ctx = config.n_slots * config.n_ctx_slot
+        self.target_ctx = Context(
+            pair.target,
+            ContextParams(
+                n_ctx=n_ctx, n_batch=n_batch, n_ubatch=min(config.n_ubatch, n_batch), n_seq_max=config.n_slots,
+                n_outputs_max=config.n_slots * span, n_outputs_max_per_seq=span,
+                n_threads=config.n_threads, feature_layers=tuple(pair.feature_layers) if spec else (),
+            ),
+        )
+        self.verifier = Verifier(self.target_ctx, with_features=spec)
+        self.drafter: Optional[Drafter] = None
+        if spec:
+            # non-causal batches must fit one ubatch: the whole noise batch and every injection chunk
+            n_ub = max(config.n_ubatch, config.n_slots * self.block_size)
+            dctx = Context(
+                pair.drafter,
+                ContextParams(n_ctx=n_ctx, n_batch=n_ub, n_ubatch=n_ub, n_seq_max=config.n_slots,
+                              n_outputs_max=config.n_slots * span, n_outputs_max_per_seq=span,
+                              n_threads=config.n_threads),
+                ctx_other=self.target_ctx,
+                causal=False,
+            )
+            self.drafter = Drafter(dctx, self.block_size, pair.mask_token)
+        self.slots: list[Optional[Slot]] = [None] * config.n_slots
+        self.queue: deque[tuple[Request, list[int]]] = deque()
+        self.stats = Stats()
+        self.costs = adaptive.StepCosts()
+        self.rng = random.Random(config.seed)
+        self.synth_p = None
+        if config.synth_len is not None:
+            if self.drafter is None:
+                raise ValueError("synthetic acceptance needs a drafter and draft_max > 0")
+            self.synth_p = synthetic_rate(config.synth_len, self.default_draft)
+
+    # --- requests -------------------------------------------------------------------------------------
+    def _clamp_draft(self, k: Optional[int]) -> int:
+        if self.block_size == 0:
+            return 0
+        return self.block_size - 1 if k is None else min(k, self.block_size - 1)
+
+    def tokenize(self, req: Request) -> list[int]:
+        if isinstance(req.prompt, str):
+            if not req.prompt:
+                raise InvalidRequest("empty prompt")
+            return self.model.tokenize(req.prompt, add_special=req.add_special)
+        return [int(t) for t in req.prompt]
+
+    def submit(self, req: Request) -> int:
+        """Validate and queue a request; raises InvalidRequest / ContextOverflow before any decoding."""
+        tokens = self.tokenize(req)
+        if not tokens:
+            raise InvalidRequest("empty prompt")
+        n_vocab = self.model.n_vocab
+        bad = [t for t in tokens if not 0 <= t < n_vocab]
+        if bad:
+            raise InvalidRequest(f"token id {bad[0]} outside the vocabulary [0, {n_vocab})")
+        need = len(tokens) + req.max_tokens + self.block_size
+        if need > self.config.n_ctx_slot:
+            raise ContextOverflow(
+                f"prompt ({len(tokens)}) + max_tokens ({req.max_tokens}) + draft block ({self.block_size}) = {need} "
+                f"exceeds the slot context ({self.config.n_ctx_slot})"
+            )
+        self.queue.append((req, tokens))
+        return req.id
+
+    def cancel(self, request_id: int) -> bool:
+        for i, (req, _) in enumerate(self.queue):
+            if req.id == request_id:
+                del self.queue[i]
+                return True
+        for slot in self.slots:
+            if slot is not None and slot.request.id == request_id:
+                self._release(slot)
+                return True
+        return False
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.queue) or any(s is not None for s in self.slots)
+
+    # --- the step -------------------------------------------------------------------------------------
+    def step(self) -> list[Event]:
+        self._admit()
+        active = [s for s in self.slots if s is not None]
+        if not active:
+            return []
+        t0 = time.perf_counter()
+        plan = [(s, self._n_drafts(s)) for s in active]
+        drafts = self.drafter.propose(plan) if self.drafter else {}
+        t1 = time.perf_counter()
+        verdicts = self.verifier.verify([(s, drafts.get(s.seq, [])) for s in active])
+        t2 = time.perf_counter()
+        events = [self._commit(s, drafts.get(s.seq, []), *verdicts[s.seq]) for s in active]
+        t3 = time.perf_counter()
+        self._account(active, drafts, t0, t1, t2, t3)
+        return events
+
+    def _n_drafts(self, slot: Slot) -> int:
+        if self.drafter is None:
+            return 0
+        k = adaptive.plan_drafts(slot, self.costs) if self.config.adaptive else slot.draft_max
+        if k == 0 and slot.n_pending >= MAX_PENDING_ROWS:
+            self.drafter.inject([slot])
+        return k
+
+    def _commit(self, slot: Slot, drafts: list[int], picks: list[int], rows, pos0: int) -> Event:
+        k = len(drafts)
+        if self.synth_p is not None and k:
+            m = synthetic_accept(k, self.synth_p, self.rng)
+        else:
+            m = greedy_accept(drafts, picks)
+        committed = commit_tokens(drafts, picks, m)
+        if m < k:  # rollback: the target wrote [pos0, pos0 + k]; keep up to the last accepted draft
+            self.target_ctx.seq_rm(slot.seq, pos0 + m + 1)
+        if rows is not None:
+            slot.add_features(rows[: m + 1], np.arange(pos0, pos0 + m + 1, dtype=np.int32))
+        slot.n_past = pos0 + m + 1
+        slot.anchor = committed[-1]
+        new_tokens, text = self._emit(slot, committed)
+        slot.stats.record_step(k, m, len(new_tokens))
+        if self.config.adaptive:
+            adaptive.observe_acceptance(slot, k, m, self.costs)
+        if self.config.check_invariants:
+            self._check(slot)
+        if slot.finish_reason is None:
+            return Event(slot.request.id, text, new_tokens)
+        text += slot.text.finish()
+        result = Result(slot.request.id, slot.text.text, list(slot.generated), slot.finish_reason, slot.stats,
+                        synthetic=self.synth_p is not None)
+        self._release(slot)
+        return Event(slot.request.id, text, new_tokens, finished=True, result=result)
+
+    def _emit(self, slot: Slot, committed: list[int]) -> tuple[list[int], str]:
+        """Append committed tokens until EOS, a stop string or max_tokens; nothing past them is emitted."""
+        req = slot.request
+        out, text = [], ""
+        for tok in committed:
+            if not req.ignore_eos and self.model.is_eog(tok):
+                slot.finish_reason = "stop"
+                break
+            out.append(tok)
+            slot.generated.append(tok)
+            text += slot.text.push(self.model.token_to_piece(tok))
+            if slot.text.stopped:
+                slot.finish_reason = "stop"
+                break
+            if len(slot.generated) >= req.max_tokens:
+                slot.finish_reason = "length"
+                break
+        return out, text
+
+    def _check(self, slot: Slot) -> None:
+        """rows == committed positions, and target/drafter aligned on them."""
+        if self.target_ctx.seq_pos_max(slot.seq) != slot.n_past - 1:
+            raise InvariantError(
+                f"slot {slot.seq}: target KV ends at {self.target_ctx.seq_pos_max(slot.seq)}, expected {slot.n_past - 1}"
+            )
+        if self.drafter is not None:
+            if slot.drafter_len + slot.n_pending != slot.n_past:
+                raise InvariantError(
+                    f"slot {slot.seq}: {slot.drafter_len} injected + {slot.n_pending} pending feature rows "
+                    f"!= {slot.n_past} committed positions"
+                )
+            if self.drafter.ctx.seq_pos_max(slot.seq) != slot.drafter_len - 1:
+                raise InvariantError(f"slot {slot.seq}: drafter KV ends at {self.drafter.ctx.seq_pos_max(slot.seq)}, "
+                                     f"expected {slot.drafter_len - 1}")
+
+    def _account(self, active, drafts, t0, t1, t2, t3) -> None:
+        drafted = bool(drafts)
+        t_host = time.perf_counter() - t3
+        self.costs.observe(drafted, t3 - t0)
+        for slot in active:
+            st = slot.stats
+            st.t_draft += t1 - t0
+            st.t_verify += t2 - t1
+            st.t_commit += t3 - t2
+            st.t_host += t_host
+        self.stats.t_draft += t1 - t0
+        self.stats.t_verify += t2 - t1
+        self.stats.t_commit += t3 - t2
+        self.stats.t_host += t_host
+
+    # --- slots ----------------------------------------------------------------------------------------
+    def _admit(self) -> None:
+        for i, cur in enumerate(self.slots):
+            if cur is not None or not self.queue:
+                continue
+            req, tokens = self.queue.popleft()
+            draft = self._clamp_draft(req.draft_max if req.draft_max is not None else self.config.draft_max)
+            slot = Slot(seq=i, request=req, prompt=tokens, draft_max=draft, stats=Stats(n_prompt=len(tokens)),
+                        text=TextStream(req.stop))
+            t = time.perf_counter()
+            self.verifier.prefill(slot, tokens[:-1])
+            slot.anchor = tokens[-1]
+            slot.stats.t_prefill += time.perf_counter() - t
+            self.slots[i] = slot
+
+    def _release(self, slot: Slot) -> None:
+        self.target_ctx.seq_rm(slot.seq, 0)
+        if self.drafter is not None:
+            self.drafter.ctx.seq_rm(slot.seq, 0)
+        self.slots[slot.seq] = None
+        self.stats.merge_tokens(slot.stats)
+
+    # --- convenience ----------------------------------------------------------------------------------
+    def run(self, requests: Iterable[Request]) -> dict[int, Result]:
+        """Submit all, step until done; results by request id."""
+        for r in requests:
+            self.submit(r)
+        results = {}
+        while self.has_work:
+            for ev in self.step():
+                if ev.finished:
+                    results[ev.request_id] = ev.result
+        return results
+
+    def generate(self, prompt, **kw) -> Result:
+        req = Request(prompt, **kw)
+        return self.run([req])[req.id]
+
+    def close(self) -> None:
+        if self.drafter is not None:
+            self.drafter.ctx.close()
+        self.target_ctx.close()

@@ -1,0 +1,63 @@
+"""Per-request state while it occupies a slot (one KV sequence id in both contexts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from ..errors import InvariantError
+from .request import Request
+from .stats import Stats
+from .text import TextStream
+
+
+@dataclass
+class FeatureRows:
+    """Target features of committed positions, tagged with those positions so misalignment is detectable."""
+
+    rows: np.ndarray  # [n, n_feature_layers * n_embd_target] float32
+    positions: np.ndarray  # [n] int32
+
+
+@dataclass
+class Slot:
+    seq: int
+    request: Request
+    prompt: list[int]
+    draft_max: int
+    stats: Stats
+    text: TextStream
+    n_past: int = 0  # positions in the target KV: every committed token but the anchor
+    anchor: int = -1  # last committed token, not yet through the target
+    drafter_len: int = 0  # positions whose features are in the drafter KV
+    pending: list[FeatureRows] = field(default_factory=list)  # features known, not yet injected
+    generated: list[int] = field(default_factory=list)
+    finish_reason: Optional[str] = None
+    # adaptive drafting: EMA of accepted drafts per drafting step, and steps to wait before probing again
+    ema_accepted: float = -1.0
+    pause: int = 0
+    backoff: int = 4
+
+    @property
+    def n_pending(self) -> int:
+        return sum(len(p.positions) for p in self.pending)
+
+    def add_features(self, rows: np.ndarray, positions: np.ndarray) -> None:
+        expected = self.drafter_len + self.n_pending
+        if len(positions) and positions[0] != expected:
+            raise InvariantError(
+                f"slot {self.seq}: feature rows start at position {positions[0]}, expected {expected}"
+            )
+        self.pending.append(FeatureRows(rows, positions))
+
+    def take_pending(self) -> FeatureRows | None:
+        if not self.pending:
+            return None
+        rows = np.concatenate([p.rows for p in self.pending]) if len(self.pending) > 1 else self.pending[0].rows
+        pos = np.concatenate([p.positions for p in self.pending]) if len(self.pending) > 1 else self.pending[0].positions
+        if not np.array_equal(pos, np.arange(self.drafter_len, self.drafter_len + len(pos))):
+            raise InvariantError(f"slot {self.seq}: pending feature positions are not contiguous from {self.drafter_len}")
+        self.pending = []
+        return FeatureRows(rows, pos)

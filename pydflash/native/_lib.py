@@ -1,0 +1,98 @@
+"""Load our patched libllama through llama-cpp-python's declarations, and declare what those lack.
+
+llama-cpp-python is installed with ``-DLLAMA_BUILD=OFF``: it ships no library of its own and reads
+``LLAMA_CPP_LIB_PATH`` at import time, so that variable must point at our build *before* ``llama_cpp`` is
+imported. The search order is ``PYDFLASH_LIB_DIR``, then an explicit ``LLAMA_CPP_LIB_PATH``, then the
+build that ``scripts/build_native.sh`` installs under ``.cache/native/current/lib`` in the source tree.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import pathlib
+import sys
+
+from ..errors import NativeLibraryError
+
+_REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _find_lib_dir() -> pathlib.Path:
+    for env in ("PYDFLASH_LIB_DIR", "LLAMA_CPP_LIB_PATH"):
+        if os.environ.get(env):
+            return pathlib.Path(os.environ[env])
+    return _REPO / ".cache" / "native" / "current" / "lib"
+
+
+LIB_DIR = _find_lib_dir()
+if not (LIB_DIR / "libllama.so").exists():
+    raise NativeLibraryError(
+        f"libllama.so not found in {LIB_DIR}; run `make setup` (or set PYDFLASH_LIB_DIR to a patched build)"
+    )
+os.environ["LLAMA_CPP_LIB_PATH"] = str(LIB_DIR)
+
+import llama_cpp.llama_cpp as C  # noqa: E402  (must follow the environment setup above)
+
+GGML_LOG_LEVEL_ERROR = 4  # ggml.h: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5
+GGML_LOG_LEVEL_CONT = 5
+_last_level = 0
+
+
+@C.llama_log_callback
+def _log(level, text, _user):
+    """llama.cpp logs every tensor at load; pass on errors only, unless PYDFLASH_VERBOSE is set."""
+    global _last_level
+    if level != GGML_LOG_LEVEL_CONT:
+        _last_level = level
+    if _last_level == GGML_LOG_LEVEL_ERROR or os.environ.get("PYDFLASH_VERBOSE"):
+        sys.stderr.write(text.decode("utf-8", "replace"))
+
+
+C.llama_log_set(_log, ctypes.c_void_p(0))
+
+lib = C._lib
+
+c_ctx_p = ctypes.c_void_p
+c_model_p = ctypes.c_void_p
+
+
+def _declare(name: str, argtypes: list, restype):
+    try:
+        fn = getattr(lib, name)
+    except AttributeError as exc:  # an unpatched build exports these only under C++ mangled names
+        raise NativeLibraryError(
+            f"{name} is not exported by {LIB_DIR}/libllama.so; is patches/0002-c-linkage-for-dflash-ext-api applied?"
+        ) from exc
+    fn.argtypes = argtypes
+    fn.restype = restype
+    return fn
+
+
+# llama-ext.h, given C linkage by patches/0002.
+# void llama_set_embeddings_layer_inp(struct llama_context * ctx, uint32_t lid, bool value);
+llama_set_embeddings_layer_inp = _declare(
+    "llama_set_embeddings_layer_inp", [c_ctx_p, ctypes.c_uint32, ctypes.c_bool], None
+)
+# float * llama_get_embeddings_layer_inp(struct llama_context * ctx, uint32_t lid);
+llama_get_embeddings_layer_inp = _declare(
+    "llama_get_embeddings_layer_inp", [c_ctx_p, ctypes.c_uint32], ctypes.POINTER(ctypes.c_float)
+)
+# const int32_t * llama_model_target_layer_ids(const struct llama_model * model);
+llama_model_target_layer_ids = _declare(
+    "llama_model_target_layer_ids", [c_model_p], ctypes.POINTER(ctypes.c_int32)
+)
+# uint32_t llama_model_target_layer_ids_n(const struct llama_model * model);
+llama_model_target_layer_ids_n = _declare("llama_model_target_layer_ids_n", [c_model_p], ctypes.c_uint32)
+# llama_context * llama_get_ctx_other(struct llama_context * ctx);
+llama_get_ctx_other = _declare("llama_get_ctx_other", [c_ctx_p], c_ctx_p)
+
+_backend_ready = False
+
+
+def ensure_backend() -> None:
+    """llama_backend_init once per process (it loads the CPU/GPU backends)."""
+    global _backend_ready
+    if not _backend_ready:
+        C.llama_backend_init()
+        _backend_ready = True

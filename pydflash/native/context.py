@@ -1,0 +1,213 @@
+"""A llama.cpp context and the operations the engine needs from it, in numpy and Python types.
+
+Return codes become typed exceptions here (``KVSlotFull`` for code 1, ``DecodeError`` otherwise), and every
+size llama.cpp would ``GGML_ASSERT`` on (a batch above ``n_batch``, a non-causal batch above ``n_ubatch``) is
+checked first, so a bad call raises instead of aborting the process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import DecodeError, KVSlotFull, RollbackError
+from ._lib import C, llama_get_embeddings_layer_inp, llama_set_embeddings_layer_inp
+from .handles import ContextParams, Model
+
+LLAMA_PROCESS_TYPE_DECODE = 1
+
+
+def _raise_for(code: int, what: str) -> None:
+    if code == 1:
+        raise KVSlotFull(code, what)
+    if code != 0:
+        raise DecodeError(code, what)
+
+
+class TokenBatch:
+    """A reusable ``llama_batch`` of up to ``capacity`` tokens, filled through numpy views (no per-field ctypes)."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self._b = C.llama_batch_init(capacity, 0, 1)
+        self.token = np.ctypeslib.as_array(self._b.token, shape=(capacity,))
+        self.pos = np.ctypeslib.as_array(self._b.pos, shape=(capacity,))
+        self.n_seq = np.ctypeslib.as_array(self._b.n_seq_id, shape=(capacity,))
+        self.logits = np.ctypeslib.as_array(self._b.logits, shape=(capacity,)).view(np.int8)
+        # seq_id is int32** (one small array per token); keep direct handles to each first element.
+        self._seq_ptrs = [self._b.seq_id[i] for i in range(capacity)]
+        self.n_seq[:] = 1
+        self.n = 0
+
+    def clear(self) -> None:
+        self.n = 0
+
+    def add(self, tokens: Sequence[int], pos0: int, seq_id: int, logits: bool | Sequence[bool]) -> int:
+        """Append tokens at positions pos0.. for one sequence; returns the batch index of the first one."""
+        k = len(tokens)
+        start = self.n
+        if start + k > self.capacity:
+            raise ValueError(f"batch capacity {self.capacity} exceeded ({start + k} tokens)")
+        self.token[start : start + k] = tokens
+        self.pos[start : start + k] = np.arange(pos0, pos0 + k, dtype=np.int32)
+        self.logits[start : start + k] = np.asarray(logits, dtype=np.int8) if not isinstance(logits, bool) else int(logits)
+        for i in range(start, start + k):
+            self._seq_ptrs[i][0] = seq_id
+        self.n = start + k
+        return start
+
+    def native(self):
+        self._b.n_tokens = self.n
+        return self._b
+
+    def close(self) -> None:
+        if getattr(self, "_b", None) is not None:
+            C.llama_batch_free(self._b)
+            self._b = None
+
+    def __del__(self):
+        self.close()
+
+
+class Context:
+    """A llama.cpp context over one model: decode, features, greedy picks, KV trimming."""
+
+    def __init__(self, model: Model, params: ContextParams, ctx_other: "Context | None" = None, causal: bool = True):
+        self.model = model
+        self.params = params
+        self._other = ctx_other  # held so the target context outlives a drafter borrowing its weights
+        cp = C.llama_context_default_params()
+        cp.n_ctx = params.n_ctx
+        cp.n_batch = params.n_batch
+        cp.n_ubatch = params.n_ubatch
+        cp.n_seq_max = params.n_seq_max
+        cp.n_outputs_max = params.n_outputs_max
+        cp.n_outputs_max_per_seq = params.n_outputs_max_per_seq
+        cp.kv_unified = True  # one pool of cells for all slots; admission bounds each slot's share
+        cp.no_perf = True
+        if params.n_threads:
+            cp.n_threads = cp.n_threads_batch = params.n_threads
+        if ctx_other is not None:
+            cp.ctx_other = ctx_other.ptr
+        ptr = C.llama_init_from_model(model.ptr, cp)
+        if not ptr:
+            raise DecodeError(-1, f"creating a context for {model.path} (n_ctx={params.n_ctx})")
+        self._ptr = ptr
+        self.causal = causal
+        if not causal:
+            C.llama_set_causal_attn(ptr, False)
+        self._mem = C.llama_get_memory(ptr)
+        self._chains = []
+        if params.backend_greedy:
+            for seq in range(params.n_seq_max):
+                chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
+                C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
+                if not C.llama_set_sampler(ptr, seq, chain):
+                    C.llama_sampler_free(chain)
+                    raise DecodeError(-1, "attaching a backend greedy sampler")
+                self._chains.append(chain)
+        for lid in params.feature_layers:
+            llama_set_embeddings_layer_inp(ptr, lid, True)
+        self.n_vocab = model.n_vocab
+        self._ext = None
+
+    @property
+    def ptr(self):
+        return self._ptr
+
+    def close(self) -> None:
+        if getattr(self, "_ptr", None) is None:
+            return
+        for seq in range(len(self._chains)):
+            C.llama_set_sampler(self._ptr, seq, None)
+        if self._ext is not None:
+            C.llama_batch_ext_free(self._ext)
+            self._ext = None
+        C.llama_free(self._ptr)  # the context before its samplers and its model
+        for chain in self._chains:
+            C.llama_sampler_free(chain)
+        self._chains = []
+        self._ptr = None
+
+    def __del__(self):
+        self.close()
+
+    # --- decoding -------------------------------------------------------------------------------------
+    def decode(self, batch: TokenBatch) -> None:
+        if batch.n == 0:
+            return
+        if batch.n > self.params.n_batch or (not self.causal and batch.n > self.params.n_ubatch):
+            raise ValueError(f"batch of {batch.n} tokens exceeds n_batch/n_ubatch of this context")
+        _raise_for(C.llama_decode(self._ptr, batch.native()), "llama_decode")
+
+    def inject(self, rows: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray) -> None:
+        """Decode a batch of embedding rows (DFlash: target features written into the drafter's KV).
+
+        rows: [n, n_embd_in] float32, C-contiguous; positions, seq_ids: [n] int.
+        """
+        n = len(rows)
+        if n == 0:
+            return
+        if n > self.params.n_batch or (not self.causal and n > self.params.n_ubatch):
+            raise ValueError(f"injection of {n} rows exceeds n_batch/n_ubatch of this context")
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        if self._ext is None:
+            self._ext = C.llama_batch_ext_init(self._ptr)
+        ext = self._ext
+        C.llama_batch_ext_clear(ext)
+        width = rows.shape[1]
+        base = rows.ctypes.data
+        stride = rows.strides[0]
+        fptr = ctypes.POINTER(ctypes.c_float)
+        pos = (C.llama_pos * 4)()
+        for i in range(n):
+            embd = C.llama_embd(ctypes.cast(base + i * stride, fptr), 1, width)
+            idx = C.llama_batch_ext_add_embd(ext, int(seq_ids[i]), embd)
+            if idx < 0:
+                raise DecodeError(idx, "llama_batch_ext_add_embd")
+            p = int(positions[i])
+            pos[0] = pos[1] = pos[2] = p
+            C.llama_batch_ext_set_pos(ext, idx, pos)
+        _raise_for(C.llama_process(self._ptr, LLAMA_PROCESS_TYPE_DECODE, ext), "llama_process(inject)")
+
+    # --- outputs --------------------------------------------------------------------------------------
+    def greedy(self, indices: Sequence[int]) -> list[int]:
+        """Backend argmax at the given batch indices (which must have been marked as outputs)."""
+        get = C.llama_get_sampled_token_ith
+        return [get(self._ptr, i) for i in indices]
+
+    def logits(self, i: int) -> np.ndarray:
+        """Full-vocabulary logits at batch index i, copied. Only for the test oracle and sampling."""
+        ptr = C.llama_get_logits_ith(self._ptr, i)
+        if not ptr:
+            raise DecodeError(-1, f"no logits at batch index {i}")
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
+
+    def features(self, n_tokens: int) -> np.ndarray:
+        """Layer-input features of every token of the last batch: [n_tokens, n_layers * n_embd] float32.
+
+        Layers are concatenated in ``feature_layers`` order, which is the drafter's ``fc`` input order.
+        """
+        n_embd = self.model.n_embd
+        out = np.empty((n_tokens, len(self.params.feature_layers) * n_embd), dtype=np.float32)
+        for k, lid in enumerate(self.params.feature_layers):
+            ptr = llama_get_embeddings_layer_inp(self._ptr, lid)
+            if not ptr:
+                raise DecodeError(-1, f"layer {lid} input was not extracted")
+            out[:, k * n_embd : (k + 1) * n_embd] = np.ctypeslib.as_array(ptr, shape=(n_tokens, n_embd))
+        return out
+
+    # --- memory ---------------------------------------------------------------------------------------
+    def seq_rm(self, seq_id: int, p0: int, p1: int = -1) -> None:
+        """Remove positions [p0, p1) of a sequence. Some memory types cannot drop a partial range: raise."""
+        if not C.llama_memory_seq_rm(self._mem, seq_id, p0, p1):
+            raise RollbackError(f"memory refused to remove positions [{p0}, {p1}) of sequence {seq_id}")
+
+    def seq_pos_max(self, seq_id: int) -> int:
+        """Largest position held for the sequence, -1 when empty."""
+        return C.llama_memory_seq_pos_max(self._mem, seq_id)
+
+    def clear(self) -> None:
+        C.llama_memory_clear(self._mem, True)

@@ -1,0 +1,201 @@
+"""Owners of native handles: a loaded model and its vocabulary.
+
+A ``Model`` must outlive every ``Context`` made from it; ``Context`` keeps a reference to its model (and to
+its ``ctx_other``) so Python's refcounting frees contexts first. ``close()`` is idempotent.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import pathlib
+from dataclasses import dataclass, field
+from typing import Mapping, Union
+
+import numpy as np
+
+from ..errors import ModelLoadError
+from ._lib import C, ensure_backend, llama_model_target_layer_ids, llama_model_target_layer_ids_n
+
+GGUF_MAGIC = b"GGUF"
+KVValue = Union[bool, int, float, str]
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    n_gpu_layers: int = 0
+    # GGUF metadata overrides applied at load (e.g. {"dflash.embedding_scale": 25.3}).
+    kv_overrides: Mapping[str, KVValue] = field(default_factory=dict)
+    use_mmap: bool = True
+
+    def __post_init__(self):
+        if self.n_gpu_layers < -1:
+            raise ValueError("n_gpu_layers must be >= -1 (-1 = all)")
+        for key in self.kv_overrides:
+            if not key or len(key.encode()) >= 128:
+                raise ValueError(f"kv override key {key!r} must be 1..127 bytes")
+
+
+def check_gguf_file(path: pathlib.Path) -> None:
+    """Cheap checks before handing a path to llama.cpp, which would only log and return NULL."""
+    if not path.is_file():
+        raise ModelLoadError(f"no such model file: {path}")
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read {path}: {exc.strerror}") from exc
+    if magic != GGUF_MAGIC:
+        raise ModelLoadError(f"{path} is not a GGUF file")
+
+
+def _overrides_array(overrides: Mapping[str, KVValue]):
+    """llama.cpp reads a NUL-key-terminated array of llama_model_kv_override."""
+    arr = (C.llama_model_kv_override * (len(overrides) + 1))()
+    for i, (key, value) in enumerate(overrides.items()):
+        item = arr[i]
+        item.key = key.encode()
+        if isinstance(value, bool):
+            item.tag, item.value.val_bool = C.LLAMA_KV_OVERRIDE_TYPE_BOOL, value
+        elif isinstance(value, int):
+            item.tag, item.value.val_i64 = C.LLAMA_KV_OVERRIDE_TYPE_INT, value
+        elif isinstance(value, float):
+            item.tag, item.value.val_f64 = C.LLAMA_KV_OVERRIDE_TYPE_FLOAT, value
+        else:
+            item.tag, item.value.val_str = C.LLAMA_KV_OVERRIDE_TYPE_STR, str(value).encode()[:127]
+    arr[len(overrides)].key = b""
+    return arr
+
+
+class Model:
+    """A loaded GGUF. Metadata, vocabulary and tokenizer helpers; no decoding (see ``Context``)."""
+
+    def __init__(self, path: Union[str, pathlib.Path], params: ModelParams = ModelParams()):
+        self.path = pathlib.Path(path)
+        self.params = params
+        check_gguf_file(self.path)
+        ensure_backend()
+        mp = C.llama_model_default_params()
+        mp.n_gpu_layers = params.n_gpu_layers if params.n_gpu_layers >= 0 else 999
+        mp.use_mmap = params.use_mmap
+        self._overrides = None
+        if params.kv_overrides:
+            self._overrides = _overrides_array(params.kv_overrides)  # must stay alive during the load
+            mp.kv_overrides = ctypes.cast(self._overrides, ctypes.POINTER(C.llama_model_kv_override))
+        ptr = C.llama_model_load_from_file(str(self.path).encode(), mp)
+        if not ptr:
+            raise ModelLoadError(
+                f"llama.cpp could not load {self.path} (unsupported architecture or corrupt file; "
+                "PYDFLASH_VERBOSE=1 shows its log)"
+            )
+        self._ptr = ptr
+        self._vocab = C.llama_model_get_vocab(ptr)
+        self.n_vocab = C.llama_vocab_n_tokens(self._vocab)
+        self.n_embd = C.llama_model_n_embd(ptr)
+        self.n_layer = C.llama_model_n_layer(ptr)
+        self.n_ctx_train = C.llama_model_n_ctx_train(ptr)
+        self.arch = self.meta("general.architecture") or ""
+
+    # --- lifetime -------------------------------------------------------------------------------------
+    @property
+    def ptr(self):
+        if self._ptr is None:
+            raise ModelLoadError(f"model {self.path} is closed")
+        return self._ptr
+
+    def close(self) -> None:
+        if getattr(self, "_ptr", None) is not None:
+            C.llama_model_free(self._ptr)
+            self._ptr = None
+
+    def __del__(self):
+        self.close()
+
+    # --- metadata -------------------------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(4096)
+        n = C.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        return None if n < 0 else buf.value.decode("utf-8", "replace")
+
+    def target_layer_ids(self) -> list[int]:
+        """Layer-input indices a DFlash drafter reads (empty for a non-drafter)."""
+        n = llama_model_target_layer_ids_n(self.ptr)
+        ids = llama_model_target_layer_ids(self.ptr)
+        return [int(ids[i]) for i in range(n)] if n and ids else []
+
+    # --- vocabulary -----------------------------------------------------------------------------------
+    @property
+    def bos(self) -> int:
+        return C.llama_vocab_bos(self._vocab)
+
+    @property
+    def eos(self) -> int:
+        return C.llama_vocab_eos(self._vocab)
+
+    @property
+    def mask_token(self) -> int:
+        return C.llama_vocab_mask(self._vocab)
+
+    def is_eog(self, token: int) -> bool:
+        return bool(C.llama_vocab_is_eog(self._vocab, token))
+
+    def token_text(self, token: int) -> bytes:
+        return C.llama_vocab_get_text(self._vocab, token) or b""
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        out = (C.llama_token * cap)()
+        n = C.llama_tokenize(self._vocab, data, len(data), out, cap, add_special, parse_special)
+        if n < 0:  # buffer too small: -n is the size needed
+            cap = -n
+            out = (C.llama_token * cap)()
+            n = C.llama_tokenize(self._vocab, data, len(data), out, cap, add_special, parse_special)
+        return list(out[:n])
+
+    def token_to_piece(self, token: int, special: bool = False) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = C.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = C.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        return buf.raw[:n]
+
+    def detokenize(self, tokens, special: bool = False) -> bytes:
+        return b"".join(self.token_to_piece(int(t), special) for t in tokens)
+
+    def token_embeddings(self) -> np.ndarray:
+        """The whole token-embedding matrix in F32, [n_vocab, n_embd]. Test and tooling use only."""
+        from ._lib import lib
+
+        fn = lib.llama_model_get_tok_embd
+        fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_float)]
+        fn.restype = ctypes.c_uint32
+        out = np.empty((self.n_vocab, self.n_embd), dtype=np.float32)
+        fn(self.ptr, out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
+        return out
+
+
+@dataclass(frozen=True)
+class ContextParams:
+    n_ctx: int = 4096  # total KV cells, shared by all sequences (unified cache)
+    n_batch: int = 512
+    n_ubatch: int = 512
+    n_seq_max: int = 1
+    # Most outputs (logits rows) in one batch, and per sequence; llama.cpp sizes its output and backend-sampling
+    # buffers by these (n_vocab floats each), so they are kept to what a verify step needs. 0 = n_batch.
+    n_outputs_max: int = 0
+    n_outputs_max_per_seq: int = 0
+    n_threads: int = 0  # 0 = llama.cpp's default
+    # Greedy argmax taken on the backend for every sequence: no n_vocab floats copied per output.
+    backend_greedy: bool = True
+    # Layer-input indices whose features this context extracts for every token of every batch.
+    feature_layers: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        for name in ("n_ctx", "n_batch", "n_ubatch", "n_seq_max"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.n_ubatch > self.n_batch:
+            raise ValueError("n_ubatch must be <= n_batch")
+        if self.n_threads < 0:
+            raise ValueError("n_threads must be >= 0")

@@ -1,0 +1,52 @@
+"""Load a target and (optionally) a DFlash drafter as a checked pair."""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from .compat import inherit, pairing
+from .native import Model, ModelParams
+
+log = logging.getLogger(__name__)
+PathLike = Union[str, pathlib.Path]
+
+
+@dataclass
+class Pair:
+    target: Model
+    drafter: Optional[Model]
+    block_size: int = 0
+    mask_token: int = -1
+    feature_layers: tuple[int, ...] = ()
+
+    def close(self) -> None:
+        if self.drafter is not None:
+            self.drafter.close()
+        self.target.close()
+
+
+def load_pair(
+    target: PathLike,
+    drafter: Optional[PathLike] = None,
+    n_gpu_layers: int = 0,
+    allow_scale_mismatch: bool = False,
+) -> Pair:
+    """Load the target, then the drafter with the target's Gemma transforms supplied where it lacks them.
+
+    Raises ModelLoadError for unreadable files and IncompatibleDrafter for a drafter that does not fit.
+    """
+    tgt = Model(target, ModelParams(n_gpu_layers=n_gpu_layers))
+    if drafter is None:
+        return Pair(tgt, None)
+    try:
+        drafter_path = inherit.prepare_drafter_file(pathlib.Path(drafter))
+        overrides = inherit.drafter_overrides(tgt, drafter_path, allow_mismatch=allow_scale_mismatch)
+        dft = Model(drafter_path, ModelParams(n_gpu_layers=n_gpu_layers, kv_overrides=overrides))
+        info = pairing.check_pair(tgt, dft)
+    except BaseException:
+        tgt.close()
+        raise
+    return Pair(tgt, dft, block_size=info.block_size, mask_token=info.mask_token, feature_layers=info.target_layers)

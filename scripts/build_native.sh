@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Build the patched vendor/llama.cpp into .cache/native/<key>, where key hashes the sdist, the patch set and
+# the CMake flags. An unchanged key rebuilds nothing. The build tree is keyed by flags only, so editing a patch
+# recompiles just the files it touches.
+#
+#   PYDFLASH_CUDA=1            build with CUDA (-DGGML_CUDA=ON)
+#   CUDA_ARCHS=90              CMAKE_CUDA_ARCHITECTURES when CUDA is on
+#   PYDFLASH_NATIVE_TARGETS    extra CMake targets (e.g. "llama-speculative-simple llama-server")
+# Prints the install directory on stdout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+FLAGS="-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON -DGGML_NATIVE=ON"
+if [ "${PYDFLASH_CUDA:-0}" = "1" ]; then
+    FLAGS="$FLAGS -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS:-90}"
+fi
+TARGETS="llama llama-quantize ${PYDFLASH_NATIVE_TARGETS:-}"
+
+FLAGS_HASH=$(echo "$FLAGS" | sha256sum | cut -c1-12)
+KEY=$( (cat vendor/.stamp; echo "$FLAGS"; echo "$TARGETS") | sha256sum | cut -c1-16)
+BUILD=.cache/build/$FLAGS_HASH
+DEST=.cache/native/$KEY
+
+if [ -f "$DEST/.complete" ]; then
+    echo "$PWD/$DEST"
+    exit 0
+fi
+
+JOBS=${JOBS:-$(nproc)}
+echo "building llama.cpp ($FLAGS) -> $DEST" >&2
+cmake -S vendor/llama.cpp -B "$BUILD" $FLAGS >"$BUILD.configure.log" 2>&1 || { mkdir -p "$BUILD"; cat "$BUILD.configure.log" >&2; exit 1; }
+cmake --build "$BUILD" -j "$JOBS" --target $TARGETS >"$BUILD.build.log" 2>&1 || { tail -50 "$BUILD.build.log" >&2; exit 1; }
+
+rm -rf "$DEST"
+mkdir -p "$DEST/lib" "$DEST/bin"
+find "$BUILD/bin" "$BUILD" -maxdepth 3 -name '*.so*' -exec cp -P {} "$DEST/lib/" \; 2>/dev/null || true
+for t in $TARGETS; do
+    [ -x "$BUILD/bin/$t" ] && cp "$BUILD/bin/$t" "$DEST/bin/"
+done
+touch "$DEST/.complete"
+ln -sfn "$KEY" .cache/native/current
+echo "$PWD/$DEST"
