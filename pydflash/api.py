@@ -59,9 +59,11 @@ class LLM:
 
 
 def load(target: PathLike, drafter: Optional[PathLike] = None, config: Optional[EngineConfig] = None,
-         allow_scale_mismatch: bool = False) -> LLM:
+         allow_scale_mismatch: bool = False, target_kv_overrides: Optional[dict] = None) -> LLM:
+    """target_kv_overrides: GGUF metadata overrides for the target (llama.cpp's --override-kv)."""
     config = config or EngineConfig()
-    pair = load_pair(target, drafter, n_gpu_layers=config.n_gpu_layers, allow_scale_mismatch=allow_scale_mismatch)
+    pair = load_pair(target, drafter, n_gpu_layers=config.n_gpu_layers, allow_scale_mismatch=allow_scale_mismatch,
+                     target_kv_overrides=target_kv_overrides)
     try:
         return LLM(Engine(pair, config))
     except BaseException:

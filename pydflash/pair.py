@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from .compat import inherit, pairing
+from .compat.gguf_meta import read_metadata
 from .native import Model, ModelParams
 
 log = logging.getLogger(__name__)
@@ -21,6 +22,8 @@ class Pair:
     block_size: int = 0
     mask_token: int = -1
     feature_layers: tuple[int, ...] = ()
+    # embedding scale and logit softcap the drafter applies (inherited from the target where the file lacks them)
+    transforms: Optional[inherit.Transforms] = None
 
     def close(self) -> None:
         if self.drafter is not None:
@@ -33,20 +36,23 @@ def load_pair(
     drafter: Optional[PathLike] = None,
     n_gpu_layers: int = 0,
     allow_scale_mismatch: bool = False,
+    target_kv_overrides: Optional[dict] = None,
 ) -> Pair:
     """Load the target, then the drafter with the target's Gemma transforms supplied where it lacks them.
 
     Raises ModelLoadError for unreadable files and IncompatibleDrafter for a drafter that does not fit.
     """
-    tgt = Model(target, ModelParams(n_gpu_layers=n_gpu_layers))
+    tgt = Model(target, ModelParams(n_gpu_layers=n_gpu_layers, kv_overrides=target_kv_overrides or {}))
     if drafter is None:
         return Pair(tgt, None)
     try:
         drafter_path = inherit.prepare_drafter_file(pathlib.Path(drafter))
-        overrides = inherit.drafter_overrides(tgt, drafter_path, allow_mismatch=allow_scale_mismatch)
+        dmeta = read_metadata(drafter_path)
+        info = pairing.check_pair(tgt, dmeta)  # on metadata: llama.cpp's own load errors name no mismatch
+        overrides, transforms = inherit.drafter_overrides(tgt, dmeta, allow_mismatch=allow_scale_mismatch)
         dft = Model(drafter_path, ModelParams(n_gpu_layers=n_gpu_layers, kv_overrides=overrides))
-        info = pairing.check_pair(tgt, dft)
     except BaseException:
         tgt.close()
         raise
-    return Pair(tgt, dft, block_size=info.block_size, mask_token=info.mask_token, feature_layers=info.target_layers)
+    return Pair(tgt, dft, block_size=info.block_size, mask_token=info.mask_token, feature_layers=info.target_layers,
+                transforms=transforms)

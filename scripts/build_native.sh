@@ -5,7 +5,7 @@
 #
 #   PYDFLASH_CUDA=1            build with CUDA (-DGGML_CUDA=ON)
 #   CUDA_ARCHS=90              CMAKE_CUDA_ARCHITECTURES when CUDA is on
-#   PYDFLASH_NATIVE_TARGETS    extra CMake targets (e.g. "llama-speculative-simple llama-server")
+#   PYDFLASH_NATIVE_TARGETS    extra CMake targets (e.g. "llama-quantize llama-speculative-simple llama-server")
 # Prints the install directory on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +14,7 @@ FLAGS="-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAM
 if [ "${PYDFLASH_CUDA:-0}" = "1" ]; then
     FLAGS="$FLAGS -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS:-90}"
 fi
-TARGETS="llama llama-quantize ${PYDFLASH_NATIVE_TARGETS:-}"
+TARGETS="llama ${PYDFLASH_NATIVE_TARGETS:-}"
 
 FLAGS_HASH=$(echo "$FLAGS" | sha256sum | cut -c1-12)
 KEY=$( (cat vendor/.stamp; echo "$FLAGS"; echo "$TARGETS") | sha256sum | cut -c1-16)

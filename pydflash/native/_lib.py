@@ -8,6 +8,7 @@ build that ``scripts/build_native.sh`` installs under ``.cache/native/current/li
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import os
 import pathlib
@@ -31,22 +32,39 @@ if not (LIB_DIR / "libllama.so").exists():
         f"libllama.so not found in {LIB_DIR}; run `make setup` (or set PYDFLASH_LIB_DIR to a patched build)"
     )
 os.environ["LLAMA_CPP_LIB_PATH"] = str(LIB_DIR)
+# libllama's RUNPATH names the build tree it was linked in; loading its ggml dependencies from LIB_DIR first
+# (by soname, globally) makes the installed copy independent of that tree.
+for _dep in ("libggml-base.so", "libggml-cpu.so", "libggml-cuda.so", "libggml.so"):
+    if (LIB_DIR / _dep).exists():
+        ctypes.CDLL(str(LIB_DIR / _dep), mode=ctypes.RTLD_GLOBAL)
 
 import llama_cpp.llama_cpp as C  # noqa: E402  (must follow the environment setup above)
 
 GGML_LOG_LEVEL_ERROR = 4  # ggml.h: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5
 GGML_LOG_LEVEL_CONT = 5
 _last_level = 0
+# llama.cpp's recent error lines: folded into our exceptions (one line for the user) instead of printed.
+recent_errors: "collections.deque[str]" = collections.deque(maxlen=8)
 
 
 @C.llama_log_callback
 def _log(level, text, _user):
-    """llama.cpp logs every tensor at load; pass on errors only, unless PYDFLASH_VERBOSE is set."""
+    """llama.cpp logs every tensor at load: keep its errors for our messages; print all only if PYDFLASH_VERBOSE."""
     global _last_level
     if level != GGML_LOG_LEVEL_CONT:
         _last_level = level
-    if _last_level == GGML_LOG_LEVEL_ERROR or os.environ.get("PYDFLASH_VERBOSE"):
-        sys.stderr.write(text.decode("utf-8", "replace"))
+    msg = text.decode("utf-8", "replace")
+    if _last_level == GGML_LOG_LEVEL_ERROR and msg.strip():
+        recent_errors.append(msg.strip())
+    if os.environ.get("PYDFLASH_VERBOSE"):
+        sys.stderr.write(msg)
+
+
+def last_error() -> str:
+    """The first llama.cpp error line logged since the last call (the root cause), or ''."""
+    first = recent_errors[0] if recent_errors else ""
+    recent_errors.clear()
+    return first
 
 
 C.llama_log_set(_log, ctypes.c_void_p(0))

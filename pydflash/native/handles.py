@@ -14,7 +14,7 @@ from typing import Mapping, Union
 import numpy as np
 
 from ..errors import ModelLoadError
-from ._lib import C, ensure_backend, llama_model_target_layer_ids, llama_model_target_layer_ids_n
+from ._lib import C, ensure_backend, last_error, llama_model_target_layer_ids, llama_model_target_layer_ids_n
 
 GGUF_MAGIC = b"GGUF"
 KVValue = Union[bool, int, float, str]
@@ -81,12 +81,11 @@ class Model:
         if params.kv_overrides:
             self._overrides = _overrides_array(params.kv_overrides)  # must stay alive during the load
             mp.kv_overrides = ctypes.cast(self._overrides, ctypes.POINTER(C.llama_model_kv_override))
+        last_error()  # forget errors of earlier calls
         ptr = C.llama_model_load_from_file(str(self.path).encode(), mp)
         if not ptr:
-            raise ModelLoadError(
-                f"llama.cpp could not load {self.path} (unsupported architecture or corrupt file; "
-                "PYDFLASH_VERBOSE=1 shows its log)"
-            )
+            why = last_error().removeprefix("llama_model_load: ") or "unsupported architecture or corrupt file"
+            raise ModelLoadError(f"llama.cpp could not load {self.path}: {why}")
         self._ptr = ptr
         self._vocab = C.llama_model_get_vocab(ptr)
         self.n_vocab = C.llama_vocab_n_tokens(self._vocab)

@@ -1,0 +1,159 @@
+"""Tiny random target models in llama.cpp's own GGUF layout: llama, qwen3, gemma3.
+
+Keys and tensor names follow what the vendored loaders read
+(src/llama-model.cpp llama_model_base::load_hparams, src/models/{llama,qwen3,gemma3}.cpp):
+
+    {arch}.context_length, .embedding_length, .block_count, .feed_forward_length,
+    .attention.head_count, .attention.head_count_kv, .attention.key_length/.value_length,
+    .attention.layer_norm_rms_epsilon (required by all three), .rope.freq_base, .vocab_size
+
+    token_embd, output_norm, output (absent when tied: llama.cpp then duplicates token_embd),
+    blk.N.attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down
+    qwen3, gemma3:  blk.N.attn_q_norm, attn_k_norm            (per-head RMSNorm, [head_dim])
+    gemma3:         blk.N.post_attention_norm, post_ffw_norm  (sandwich norms)
+
+Gemma3 specifics handled by llama.cpp itself: the sqrt(n_embd) input-embedding scale
+(applied in-graph for token inputs) and sliding-window layers. gemma3's loader calls
+load_swa_pattern(ml, 6): a uint `sliding_window_pattern` n marks layer il as SWA when
+il % n < n - 1, so pattern 3 over 6 layers gives SWA layers 0,1,3,4 and full layers 2,5.
+
+No HF twin is written for targets, so there is no q/k rope permutation to mirror: the
+arrays are generated directly in the GGUF orientation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+from . import weights as W
+from .tokenizer import TinyVocab, add_vocab
+
+ARCHS = ("llama", "qwen3", "gemma3")
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    arch: str
+    n_layer: int
+    n_embd: int = 64
+    n_head: int = 4
+    n_head_kv: int = 2
+    head_dim: int = 16
+    n_ff: int = 128
+    n_ctx: int = 4096
+    rms_eps: float = 1e-6
+    rope_base: float = 10000.0
+    rope_base_swa: float = 10000.0
+    sliding_window: int = 0  # 0: no SWA layers
+    swa_pattern: int = 0  # gemma3 uint pattern (see module docstring)
+    embd_std: float = 1.0  # token embedding std (before any in-graph scale)
+    out_gain: float = 4.0  # output head std * sqrt(n_embd): sets logit spread
+    out_norm_gain: float = 1.0  # final norm weight; sets logit spread for a tied head
+    tied_output: bool = False  # no output.weight: llama.cpp reuses token_embd as the head
+
+    def __post_init__(self) -> None:
+        if self.arch not in ARCHS:
+            raise ValueError(f"arch must be one of {ARCHS}, got {self.arch!r}")
+        if self.n_head * self.head_dim != self.n_embd:
+            # llama's loader requires n_rot == n_embd / n_head; keep all archs consistent
+            raise ValueError("n_head * head_dim must equal n_embd")
+        if self.n_head % self.n_head_kv:
+            raise ValueError("n_head must be a multiple of n_head_kv")
+
+    @property
+    def has_qk_norm(self) -> bool:
+        return self.arch in ("qwen3", "gemma3")
+
+    @property
+    def embedding_scale(self) -> float:
+        """What a drafter sharing this target's embeddings must multiply them by."""
+        return float(np.sqrt(self.n_embd)) if self.arch == "gemma3" else 1.0
+
+
+def default_spec(arch: str, tied_output: bool = False) -> TargetSpec:
+    if arch == "llama":
+        spec = TargetSpec("llama", n_layer=5)
+    elif arch == "qwen3":
+        spec = TargetSpec("qwen3", n_layer=5, rope_base=1_000_000.0)
+    elif arch == "gemma3":
+        spec = TargetSpec(
+            "gemma3", n_layer=6, rope_base=1_000_000.0, rope_base_swa=10000.0,
+            sliding_window=64, swa_pattern=3,
+            embd_std=0.125,  # x sqrt(64) in-graph = unit-RMS residual input, like the others
+        )
+    else:
+        raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
+    if not tied_output:
+        return spec
+    # Measured on these tiny models: with a tied head, large embeddings make every token
+    # predict itself, and unit-RMS ones leave the input too weak, so greedy output falls
+    # into a 1-3 token loop. A small embedding (input RMS ~0.24 after any in-graph scale)
+    # plus a large final-norm weight (logit std ~2) gives gemma3 6-25 distinct tokens in 64
+    # over seeds 0-7; tied llama/qwen3 still loop sooner (1-19), hence untied by default.
+    embd_std = 0.24 / spec.embedding_scale
+    return replace(spec, tied_output=True, embd_std=embd_std,
+                   out_norm_gain=2.0 / (embd_std * np.sqrt(spec.n_embd)))
+
+
+def target_weights(spec: TargetSpec, rng: np.random.Generator, n_vocab: int, dtype: str) -> dict[str, np.ndarray]:
+    """GGUF tensor name -> array, generated in a fixed order (determinism)."""
+    e, hd = spec.n_embd, spec.head_dim
+    t: dict[str, np.ndarray] = {}
+    t["token_embd.weight"] = W.embedding(rng, n_vocab, e, dtype, spec.embd_std)
+    t["output_norm.weight"] = W.norm(rng, e, dtype, gain=spec.out_norm_gain)
+    if not spec.tied_output:
+        t["output.weight"] = W.matrix(rng, n_vocab, e, dtype, gain=spec.out_gain)
+    for i in range(spec.n_layer):
+        b = f"blk.{i}."
+        t[b + "attn_norm.weight"] = W.norm(rng, e, dtype)
+        t[b + "attn_q.weight"] = W.matrix(rng, spec.n_head * hd, e, dtype)
+        t[b + "attn_k.weight"] = W.matrix(rng, spec.n_head_kv * hd, e, dtype)
+        t[b + "attn_v.weight"] = W.matrix(rng, spec.n_head_kv * hd, e, dtype)
+        t[b + "attn_output.weight"] = W.matrix(rng, e, spec.n_head * hd, dtype)
+        if spec.has_qk_norm:
+            t[b + "attn_q_norm.weight"] = W.norm(rng, hd, dtype)
+            t[b + "attn_k_norm.weight"] = W.norm(rng, hd, dtype)
+        if spec.arch == "gemma3":
+            t[b + "post_attention_norm.weight"] = W.norm(rng, e, dtype)
+            t[b + "post_ffw_norm.weight"] = W.norm(rng, e, dtype)
+        t[b + "ffn_norm.weight"] = W.norm(rng, e, dtype)
+        t[b + "ffn_gate.weight"] = W.matrix(rng, spec.n_ff, e, dtype)
+        t[b + "ffn_up.weight"] = W.matrix(rng, spec.n_ff, e, dtype)
+        t[b + "ffn_down.weight"] = W.matrix(rng, e, spec.n_ff, dtype)
+    return t
+
+
+def write_target(
+    path: Path, spec: TargetSpec, vocab: TinyVocab, tensors: dict[str, np.ndarray], dtype: str
+) -> None:
+    a = spec.arch
+    w = gguf.GGUFWriter(str(path), a)
+    w.add_name(f"pydflash-tiny-{a}")
+    w.add_file_type(W.file_type(dtype))
+    w.add_uint32(f"{a}.context_length", spec.n_ctx)
+    w.add_uint32(f"{a}.embedding_length", spec.n_embd)
+    w.add_uint32(f"{a}.block_count", spec.n_layer)
+    w.add_uint32(f"{a}.feed_forward_length", spec.n_ff)
+    w.add_uint32(f"{a}.attention.head_count", spec.n_head)
+    w.add_uint32(f"{a}.attention.head_count_kv", spec.n_head_kv)
+    w.add_uint32(f"{a}.attention.key_length", spec.head_dim)
+    w.add_uint32(f"{a}.attention.value_length", spec.head_dim)
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", spec.rms_eps)
+    w.add_float32(f"{a}.rope.freq_base", spec.rope_base)
+    w.add_uint32(f"{a}.rope.dimension_count", spec.head_dim)  # llama: must equal head_dim
+    w.add_uint32(f"{a}.vocab_size", vocab.n_vocab)
+    if spec.sliding_window:
+        w.add_uint32(f"{a}.attention.sliding_window", spec.sliding_window)
+        w.add_uint32(f"{a}.attention.sliding_window_pattern", spec.swa_pattern)
+        w.add_float32(f"{a}.rope.freq_base_swa", spec.rope_base_swa)
+    add_vocab(w, vocab)
+    for name, arr in tensors.items():
+        w.add_tensor(name, W.storage(arr, dtype))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()

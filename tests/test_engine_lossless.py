@@ -1,0 +1,145 @@
+"""Speculative output equals plain greedy output on the same engine (regret gate for float near-ties)."""
+
+from __future__ import annotations
+
+import pytest
+
+from oracle import Oracle
+from pydflash import api
+from pydflash.config import EngineConfig
+from pydflash.engine.request import Request
+from pydflash.errors import InvariantError
+
+PROMPTS = [
+    "hello world, the quick brown fox",
+    "def add(a, b):\n    return a + b\n",
+    "Once upon a time there was",
+    "1, 2, 3, 4, 5, 6,",
+    "the the the",
+    "zq",
+    "A longer prompt about nothing in particular, written so that it spans several tokens.",
+    "x = [i * i for i in range(10)]",
+]
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen3", "gemma3"])
+def arch_pair(request, tiny):
+    p = tiny(request.param)
+    oracle = Oracle(p.target)
+    yield p, oracle
+    oracle.close()
+
+
+def spec_llm(p, **cfg):
+    cfg.setdefault("n_ctx_slot", 2048)
+    return api.load(p.target, p.drafter, config=EngineConfig(**cfg))
+
+
+def test_single_slot_lossless(arch_pair):
+    p, oracle = arch_pair
+    with spec_llm(p) as llm:
+        for prompt in PROMPTS[:4]:
+            toks = llm.tokenize(prompt)
+            res = llm.generate(toks, max_tokens=48, ignore_eos=True)
+            assert len(res.tokens) == 48
+            oracle.check(toks, res.tokens)
+            assert res.stats.n_drafted > 0  # speculation really ran
+
+
+def test_eight_slots_staggered_lossless(arch_pair):
+    """8 concurrent slots, different prompt lengths, staggered max_tokens (3 ends mid-block next to long ones)."""
+    p, oracle = arch_pair
+    max_tokens = [3, 40, 17, 64, 1, 33, 9, 50]
+    with spec_llm(p, n_slots=8) as llm:
+        reqs = [Request(llm.tokenize(pr), max_tokens=n, ignore_eos=True) for pr, n in zip(PROMPTS, max_tokens)]
+        results = llm.generate_many(reqs)
+    for req, res, n in zip(reqs, results, max_tokens):
+        assert len(res.tokens) == n
+        assert res.finish_reason == "length"
+        oracle.check(req.prompt, res.tokens)
+
+
+def test_requests_join_and_leave_mid_flight(tiny):
+    p = tiny("qwen3")
+    oracle = Oracle(p.target)
+    with spec_llm(p, n_slots=3) as llm:
+        eng = llm.engine
+        first = Request(llm.tokenize(PROMPTS[0]), max_tokens=30, ignore_eos=True)
+        eng.submit(first)
+        results, later = {}, []
+        for step in range(200):
+            if step in (2, 5, 9):  # join while others are mid-generation
+                r = Request(llm.tokenize(PROMPTS[step % len(PROMPTS)]), max_tokens=7 + step, ignore_eos=True)
+                eng.submit(r)
+                later.append(r)
+            for ev in eng.step():
+                if ev.finished:
+                    results[ev.request_id] = ev.result
+            if not eng.has_work and step > 9:
+                break
+    for r in [first] + later:
+        oracle.check(r.prompt, results[r.id].tokens)
+    oracle.close()
+
+
+def test_prompt_longer_than_two_ubatches(tiny):
+    """Prefill spanning many ubatches keeps every feature row (n_ubatch 32, prompt > 64 tokens)."""
+    p = tiny("gemma3")
+    oracle = Oracle(p.target)
+    with spec_llm(p, n_batch=64, n_ubatch=32) as llm:
+        toks = llm.tokenize(" ".join(PROMPTS) * 2)
+        assert len(toks) > 2 * 64
+        res = llm.generate(toks, max_tokens=40, ignore_eos=True)
+        slot_rows = res.stats.n_prompt
+        assert slot_rows == len(toks)
+        oracle.check(toks, res.tokens)
+    oracle.close()
+
+
+def test_reject_everything_leaks_no_kv(tiny):
+    """synth_len 1: every draft rejected, only bonus tokens commit (= plain greedy). 20 requests, then no cell left."""
+    p = tiny("llama")
+    oracle = Oracle(p.target)
+    with spec_llm(p, n_slots=2, n_ctx_slot=256, synth_len=1.0) as llm:
+        eng = llm.engine
+        reqs = [Request(llm.tokenize(PROMPTS[i % 8]), max_tokens=20 + i, ignore_eos=True) for i in range(20)]
+        results = llm.generate_many(reqs)
+        for req, res in zip(reqs, results):
+            assert res.stats.n_accepted == 0 and res.stats.n_drafted > 0
+            oracle.check(req.prompt, res.tokens, max_flips=0)
+        for seq in range(2):
+            assert eng.target_ctx.seq_pos_max(seq) == -1
+            assert eng.drafter.ctx.seq_pos_max(seq) == -1
+        # the whole unified cache is free again: a request filling a slot's window still fits
+        big = llm.generate(llm.tokenize(PROMPTS[6])[:40], max_tokens=256 - 40 - eng.block_size, ignore_eos=True)
+        assert big.finish_reason == "length"
+    oracle.close()
+
+
+def test_accept_everything_synthetic(tiny):
+    """synth_len K+1: every draft accepted; invariants hold every step and tau is K+1 until the last step."""
+    p = tiny("qwen3")
+    k = p.block_size - 1
+    with spec_llm(p, synth_len=float(k + 1)) as llm:
+        res = llm.generate(llm.tokenize(PROMPTS[1]), max_tokens=5 * (k + 1), ignore_eos=True)
+    assert res.synthetic
+    assert res.stats.n_accepted == res.stats.n_drafted
+    assert res.stats.n_steps == 5
+    assert res.stats.mean_accept_len == pytest.approx(k + 1)
+
+
+def test_misaligned_features_are_detected(tiny, monkeypatch):
+    """Shifting the committed feature rows by one position trips the alignment check instead of silently
+    degrading acceptance."""
+    from pydflash.engine import engine as engine_mod
+
+    p = tiny("qwen3")
+    real = engine_mod.Slot.add_features
+
+    def shifted(self, rows, positions):
+        return real(self, rows, positions + 1 if len(positions) and self.generated else positions)
+
+    monkeypatch.setattr(engine_mod.Slot, "add_features", shifted)
+    with spec_llm(p) as llm:
+        with pytest.raises(InvariantError):
+            llm.generate(llm.tokenize(PROMPTS[0]), max_tokens=30, ignore_eos=True)
