@@ -214,8 +214,9 @@ class _Native:
         lib.llama_get_embeddings_layer_inp.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
         lib.llama_get_embeddings_layer_inp.restype = ctypes.POINTER(ctypes.c_float)
         self.lib = lib
-        self._quiet = L.llama_log_callback(lambda level, text, user: None)  # keep a reference
-        L.llama_log_set(self._quiet, None)
+        # pydflash.native owns the process-wide log callback (a callback set here would dangle once this
+        # module-scoped object is collected, and crash the next test that logs)
+        import pydflash.native._lib  # noqa: F401
         L.llama_backend_init()
 
     def load(self, path: Path):
