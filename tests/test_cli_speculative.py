@@ -88,6 +88,7 @@ def test_drafter_for_another_target(tiny, gemma_path):
 
 def test_bad_flags(tiny):
     p = tiny("qwen3")
-    _bad(run("-m", str(p.target), "-md", str(p.drafter), "-p", "x", "--temp", "0.7"))
+    _bad(run("-m", str(p.target), "-md", str(p.drafter), "-p", "x", "--temp", "-1"))
+    _bad(run("-m", str(p.target), "-md", str(p.drafter), "-p", "x", "--top-p", "0"))
     _bad(run("-m", str(p.target), "-p", "x", "-c", "16", "-n", "64"))  # does not fit the context
     _bad(run("-m", str(p.target), "-p", "", "-n", "4"))

@@ -22,7 +22,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     src.add_argument("-p", "--prompt", help="prompt text")
     src.add_argument("-f", "--file", help="read the prompt from a file")
     p.add_argument("-n", "--n-predict", type=int, default=128, help="tokens to generate")
-    p.add_argument("--temp", type=float, default=0.0, help="temperature (only 0 = greedy is supported)")
+    p.add_argument("--temp", type=float, default=0.0, help="temperature (0 = greedy)")
+    p.add_argument("--top-k", type=int, default=0, help="top-k sampling (0 = off)")
+    p.add_argument("--top-p", type=float, default=1.0, help="top-p sampling (1 = off)")
+    p.add_argument("-s", "--seed", type=int, default=None, help="sampling seed")
     p.add_argument("--draft-max", type=int, default=None, help="drafts per step (default: trained block - 1)")
     p.add_argument("--draft-adaptive", action="store_true", help="shrink drafting while it does not pay")
     p.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size of the slot")
@@ -47,9 +50,8 @@ def run(args) -> int:
     from .. import api
     from ..config import EngineConfig
     from ..defaults import default_pair
+    from ..engine.request import Request
 
-    if args.temp != 0.0:
-        raise ValueError("only greedy decoding (--temp 0) is supported")
     if args.model_draft and not args.model:
         raise ValueError("-md needs -m: a drafter is paired with the target it was trained for")
     target, drafter, name = args.model, args.model_draft, None
@@ -59,17 +61,20 @@ def run(args) -> int:
     if args.no_spec:
         drafter = None
     prompt = _read_prompt(args)
+    sampling = dict(max_tokens=args.n_predict, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
+                    seed=args.seed)
+    Request(prompt or "x", **sampling)  # validate the flags before loading any model
     cfg = EngineConfig(
         n_ctx_slot=args.ctx_size, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
         draft_max=args.draft_max, adaptive=args.draft_adaptive, synth_len=args.spec_synth_len,
     )
     with api.load(target, drafter, cfg) as llm:
         if args.json:
-            res = llm.generate(prompt, max_tokens=args.n_predict)
+            res = llm.generate(prompt, **sampling)
             print(json.dumps(_json_report(res, name or str(target)), indent=None))
             return 0
         res = None
-        for ev in llm.stream(prompt, max_tokens=args.n_predict):
+        for ev in llm.stream(prompt, **sampling):
             sys.stdout.write(ev.text)
             sys.stdout.flush()
             res = ev.result if ev.finished else res

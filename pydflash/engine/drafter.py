@@ -54,6 +54,6 @@ class Drafter:
         self.ctx.decode(b)
         drafts = {}
         for slot, start, k in where:
-            drafts[slot.seq] = self.ctx.greedy(range(start + 1, start + 1 + k))
+            drafts[slot.seq] = self.ctx.picks(range(start + 1, start + 1 + k))
             self.ctx.seq_rm(slot.seq, slot.n_past)  # drop the noise block's own K/V
         return drafts

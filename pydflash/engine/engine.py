@@ -154,9 +154,10 @@ class Engine:
         k = len(drafts)
         if self.synth_p is not None and k:
             m = synthetic_accept(k, self.synth_p, self.rng)
-        else:
+        else:  # picks are the target's argmax, or its samples when the request samples (see Request)
             m = greedy_accept(drafts, picks)
         committed = commit_tokens(drafts, picks, m)
+        self.target_ctx.accept(slot.seq, committed)
         if m < k:  # rollback: the target wrote [pos0, pos0 + k]; keep up to the last accepted draft
             self.target_ctx.seq_rm(slot.seq, pos0 + m + 1)
         if rows is not None:
@@ -237,6 +238,7 @@ class Engine:
             slot = Slot(seq=i, request=req, prompt=tokens, draft_max=draft, stats=Stats(n_prompt=len(tokens)),
                         text=TextStream(req.stop))
             t = time.perf_counter()
+            self.target_ctx.set_sampling(i, req.sampling)
             self.verifier.prefill(slot, tokens[:-1])
             slot.anchor = tokens[-1]
             slot.stats.t_prefill += time.perf_counter() - t

@@ -46,7 +46,7 @@ class Verifier:
         feats = self.ctx.features(b.n) if self.with_features else None
         out = {}
         for slot, start, n in where:
-            picks = self.ctx.greedy(range(start, start + n))
+            picks = self.ctx.picks(range(start, start + n))
             rows = feats[start : start + n] if feats is not None else None
             out[slot.seq] = (picks, rows, slot.n_past)
         return out

@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import gguf
-import numpy as np
 
 from . import weights as W
 from .drafter import DrafterSpec, _finish, drafter_weights

@@ -99,15 +99,10 @@ class Context:
         if not causal:
             C.llama_set_causal_attn(ptr, False)
         self._mem = C.llama_get_memory(ptr)
-        self._chains = []
+        self._chains: dict[int, tuple] = {}  # seq -> (sampling spec, native chain)
         if params.backend_greedy:
             for seq in range(params.n_seq_max):
-                chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
-                C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
-                if not C.llama_set_sampler(ptr, seq, chain):
-                    C.llama_sampler_free(chain)
-                    raise DecodeError(-1, "attaching a backend greedy sampler")
-                self._chains.append(chain)
+                self.set_sampling(seq, ("greedy",))
         for lid in params.feature_layers:
             llama_set_embeddings_layer_inp(ptr, lid, True)
         self.n_vocab = model.n_vocab
@@ -120,19 +115,60 @@ class Context:
     def close(self) -> None:
         if getattr(self, "_ptr", None) is None:
             return
-        for seq in range(len(self._chains)):
+        for seq in self._chains:
             C.llama_set_sampler(self._ptr, seq, None)
         if self._ext is not None:
             C.llama_batch_ext_free(self._ext)
             self._ext = None
         C.llama_free(self._ptr)  # the context before its samplers and its model
-        for chain in self._chains:
+        for _, chain in self._chains.values():
             C.llama_sampler_free(chain)
-        self._chains = []
+        self._chains = {}
         self._ptr = None
 
     def __del__(self):
         self.close()
+
+    # --- sampling -------------------------------------------------------------------------------------
+    def set_sampling(self, seq: int, spec: tuple) -> None:
+        """Attach the backend sampler chain for one sequence: ("greedy",) or ("dist", temp, top_k, top_p, seed).
+
+        Sampling runs inside the graph, so no n_vocab floats per output are copied to the host. Changing a chain
+        makes llama.cpp re-reserve its graph, so an unchanged spec is left alone.
+        """
+        cur = self._chains.get(seq)
+        if cur is not None and cur[0] == spec:
+            C.llama_sampler_reset(cur[1])  # a new request: reseed, so a given seed reproduces its output
+            return
+        chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
+        if spec[0] == "greedy":
+            C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
+        else:
+            _, temp, top_k, top_p, seed = spec
+            if top_k > 0:
+                C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_k(top_k))
+            if top_p < 1.0:
+                C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_p(top_p, 1))
+            C.llama_sampler_chain_add(chain, C.llama_sampler_init_temp(temp))
+            C.llama_sampler_chain_add(chain, C.llama_sampler_init_dist(seed))
+        if not C.llama_set_sampler(self._ptr, seq, chain):
+            C.llama_sampler_free(chain)
+            raise DecodeError(-1, f"attaching a backend sampler {spec[0]}")
+        if cur is not None:
+            C.llama_sampler_free(cur[1])
+        self._chains[seq] = (spec, chain)
+
+    def accept(self, seq: int, tokens: Sequence[int]) -> None:
+        """Tell a sampling chain which of its outputs were committed (a prefix, in output order).
+
+        With several outputs per sequence llama.cpp draws from a scratch RNG and advances the real one only on
+        accept; without this every step would reuse the same random draws.
+        """
+        cur = self._chains.get(seq)
+        if cur is None or cur[0][0] == "greedy":
+            return
+        for tok in tokens:
+            C.llama_sampler_accept(cur[1], tok)
 
     # --- decoding -------------------------------------------------------------------------------------
     def decode(self, batch: TokenBatch) -> None:
@@ -173,8 +209,8 @@ class Context:
         _raise_for(C.llama_process(self._ptr, LLAMA_PROCESS_TYPE_DECODE, ext), "llama_process(inject)")
 
     # --- outputs --------------------------------------------------------------------------------------
-    def greedy(self, indices: Sequence[int]) -> list[int]:
-        """Backend argmax at the given batch indices (which must have been marked as outputs)."""
+    def picks(self, indices: Sequence[int]) -> list[int]:
+        """The backend sampler's token (argmax, or a sample) at the given batch indices (marked as outputs)."""
         get = C.llama_get_sampled_token_ith
         return [get(self._ptr, i) for i in indices]
 

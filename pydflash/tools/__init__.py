@@ -1,0 +1,1 @@
+"""Offline tools: weight comparison, benchmarks."""
