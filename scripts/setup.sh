@@ -16,6 +16,10 @@ fi
 # the sdist both fills vendor/llama.cpp and provides llama-cpp-python's ctypes declarations
 PYTHON="$VENV/bin/python" bash scripts/fetch_vendor.sh
 
+# the native build is CPU-bound and the installs mostly I/O: run them side by side
+bash scripts/build_native.sh > .cache/native-build.out 2> .cache/native-build.err &
+BUILD_PID=$!
+
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$DEPS_HASH" ]; then
     echo "installing Python dependencies into $VENV" >&2
     PIP="$VENV/bin/python -m pip --disable-pip-version-check"
@@ -29,6 +33,10 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$DEPS_HASH" ]; then
     echo "$DEPS_HASH" > "$STAMP"
 fi
 
-LIBDIR=$(bash scripts/build_native.sh)/lib
-echo "native library: $LIBDIR" >&2
+if ! wait "$BUILD_PID"; then
+    cat .cache/native-build.err >&2
+    echo "native build failed" >&2
+    exit 1
+fi
+echo "native library: $(cat .cache/native-build.out)/lib" >&2
 "$VENV/bin/python" -c "from pydflash.defaults import gemma_target; print('target:', gemma_target())" >&2

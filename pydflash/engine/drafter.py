@@ -13,6 +13,8 @@ import numpy as np
 from ..native import Context, TokenBatch
 from .slot import Slot
 
+MAX_PENDING_ROWS = 256
+
 
 class Drafter:
     def __init__(self, ctx: Context, block_size: int, mask_token: int):
@@ -40,11 +42,15 @@ class Drafter:
             slot.drafter_len += len(p.positions)
 
     def propose(self, plan: list[tuple[Slot, int]]) -> dict[int, list[int]]:
-        """Drafts per slot seq for every (slot, K>0) in plan, from one batched drafter forward."""
+        """Drafts per slot seq for every (slot, K>0) in plan, from one batched drafter forward.
+
+        Drafting slots first get their pending features injected; a slot that is not drafting keeps collecting
+        them (no drafter work while adaptive drafting has it paused) until MAX_PENDING_ROWS.
+        """
         drafting = [(s, k) for s, k in plan if k > 0]
+        self.inject([s for s, k in plan if k > 0 or s.n_pending >= MAX_PENDING_ROWS])
         if not drafting:
             return {}
-        self.inject([s for s, _ in drafting])
         b = self.batch
         b.clear()
         where = []

@@ -31,9 +31,6 @@ from .verifier import Verifier
 
 log = logging.getLogger(__name__)
 
-# A slot that is not drafting still collects target features; inject them once this many are pending.
-MAX_PENDING_ROWS = 256
-
 
 class Engine:
     def __init__(self, pair: Pair, config: EngineConfig = EngineConfig()):
@@ -131,24 +128,19 @@ class Engine:
         active = [s for s in self.slots if s is not None]
         if not active:
             return []
-        t0 = time.perf_counter()
-        plan = [(s, self._n_drafts(s)) for s in active]
-        drafts = self.drafter.propose(plan) if self.drafter else {}
-        t1 = time.perf_counter()
-        verdicts = self.verifier.verify([(s, drafts.get(s.seq, [])) for s in active])
-        t2 = time.perf_counter()
-        events = [self._commit(s, drafts.get(s.seq, []), *verdicts[s.seq]) for s in active]
-        t3 = time.perf_counter()
-        self._account(active, drafts, t0, t1, t2, t3)
+        clock = self._clock()
+        plan = [(s, self._n_drafts(s)) for s in active]                              # schedule
+        drafts = self.drafter.propose(plan) if self.drafter else {}                  # propose
+        verdicts = self.verifier.verify([(s, drafts.get(s.seq, [])) for s in active])  # verify
+        t_commit = time.perf_counter()
+        events = [self._commit(s, drafts.get(s.seq, []), *verdicts[s.seq]) for s in active]  # accept + commit
+        self._account(active, bool(drafts), clock, time.perf_counter() - t_commit)
         return events
 
     def _n_drafts(self, slot: Slot) -> int:
         if self.drafter is None:
             return 0
-        k = adaptive.plan_drafts(slot, self.costs) if self.config.adaptive else slot.draft_max
-        if k == 0 and slot.n_pending >= MAX_PENDING_ROWS:
-            self.drafter.inject([slot])
-        return k
+        return adaptive.plan_drafts(slot, self.costs) if self.config.adaptive else slot.draft_max
 
     def _commit(self, slot: Slot, drafts: list[int], picks: list[int], rows, pos0: int) -> Event:
         k = len(drafts)
@@ -213,20 +205,24 @@ class Engine:
                 raise InvariantError(f"slot {slot.seq}: drafter KV ends at {self.drafter.ctx.seq_pos_max(slot.seq)}, "
                                      f"expected {slot.drafter_len - 1}")
 
-    def _account(self, active, drafts, t0, t1, t2, t3) -> None:
-        drafted = bool(drafts)
-        t_host = time.perf_counter() - t3
-        self.costs.observe(drafted, t3 - t0)
-        for slot in active:
-            st = slot.stats
-            st.t_draft += t1 - t0
-            st.t_verify += t2 - t1
-            st.t_commit += t3 - t2
-            st.t_host += t_host
-        self.stats.t_draft += t1 - t0
-        self.stats.t_verify += t2 - t1
-        self.stats.t_commit += t3 - t2
-        self.stats.t_host += t_host
+    def _clock(self) -> tuple[float, float, float]:
+        dn = self.drafter.ctx.t_native if self.drafter else 0.0
+        return time.perf_counter(), dn, self.target_ctx.t_native
+
+    def _account(self, active: list[Slot], drafted: bool, clock, t_commit: float) -> None:
+        """Split the step: draft = drafter native time, verify = target forward, commit = accept/rollback/emit,
+        host = the rest (batch building, feature copies, Python bookkeeping)."""
+        t0, dn0, tn0 = clock
+        now, dn1, tn1 = self._clock()
+        total = now - t0
+        t_draft, t_verify = dn1 - dn0, tn1 - tn0
+        split = (t_draft, t_verify, t_commit, max(0.0, total - t_draft - t_verify - t_commit))
+        self.costs.observe(drafted, total)
+        for st in [s.stats for s in active] + [self.stats]:
+            st.t_draft += split[0]
+            st.t_verify += split[1]
+            st.t_commit += split[2]
+            st.t_host += split[3]
 
     # --- slots ----------------------------------------------------------------------------------------
     def _admit(self) -> None:

@@ -105,6 +105,25 @@ llama_model_target_layer_ids_n = _declare("llama_model_target_layer_ids_n", [c_m
 # llama_context * llama_get_ctx_other(struct llama_context * ctx);
 llama_get_ctx_other = _declare("llama_get_ctx_other", [c_ctx_p], c_ctx_p)
 
+# Hot-path bindings declared directly on the library: the engine calls these once per row / per output every
+# step, and llama-cpp-python's Python-level wrappers cost more than the calls themselves.
+
+
+class EmbdRow(ctypes.Structure):
+    """struct llama_embd { const float * data; size_t n_rows; size_t n_embd; } with data as a plain address."""
+
+    _fields_ = [("data", ctypes.c_void_p), ("n_rows", ctypes.c_size_t), ("n_embd", ctypes.c_size_t)]
+
+
+# int32_t llama_batch_ext_add_embd(struct llama_batch_ext * batch, llama_seq_id seq_id, struct llama_embd embd);
+batch_ext_add_embd = _declare("llama_batch_ext_add_embd", [ctypes.c_void_p, ctypes.c_int32, EmbdRow], ctypes.c_int32)
+# bool llama_batch_ext_set_pos(struct llama_batch_ext * batch, int32_t idx, const llama_pos * pos);
+batch_ext_set_pos = _declare(
+    "llama_batch_ext_set_pos", [ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int32)], ctypes.c_bool
+)
+# llama_token llama_get_sampled_token_ith(struct llama_context * ctx, int32_t i);
+get_sampled_token_ith = _declare("llama_get_sampled_token_ith", [ctypes.c_void_p, ctypes.c_int32], ctypes.c_int32)
+
 _backend_ready = False
 
 

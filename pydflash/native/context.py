@@ -8,12 +8,16 @@ checked first, so a bad call raises instead of aborting the process.
 from __future__ import annotations
 
 import ctypes
+import time
 from typing import Sequence
 
 import numpy as np
 
 from ..errors import DecodeError, KVSlotFull, RollbackError
-from ._lib import C, llama_get_embeddings_layer_inp, llama_set_embeddings_layer_inp
+from ._lib import (
+    C, EmbdRow, batch_ext_add_embd, batch_ext_set_pos, get_sampled_token_ith, llama_get_embeddings_layer_inp,
+    llama_set_embeddings_layer_inp,
+)
 from .handles import ContextParams, Model
 
 LLAMA_PROCESS_TYPE_DECODE = 1
@@ -107,6 +111,7 @@ class Context:
             llama_set_embeddings_layer_inp(ptr, lid, True)
         self.n_vocab = model.n_vocab
         self._ext = None
+        self.t_native = 0.0  # seconds spent inside llama_decode / llama_process (the engine's time split)
 
     @property
     def ptr(self):
@@ -176,7 +181,12 @@ class Context:
             return
         if batch.n > self.params.n_batch or (not self.causal and batch.n > self.params.n_ubatch):
             raise ValueError(f"batch of {batch.n} tokens exceeds n_batch/n_ubatch of this context")
-        _raise_for(C.llama_decode(self._ptr, batch.native()), "llama_decode")
+        t = time.perf_counter()
+        rc = C.llama_decode(self._ptr, batch.native())
+        if batch.n and batch.logits[: batch.n].any():
+            C.llama_synchronize(self._ptr)  # outputs are read next: count the wait as native time
+        self.t_native += time.perf_counter() - t
+        _raise_for(rc, "llama_decode")
 
     def inject(self, rows: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray) -> None:
         """Decode a batch of embedding rows (DFlash: target features written into the drafter's KV).
@@ -193,26 +203,24 @@ class Context:
             self._ext = C.llama_batch_ext_init(self._ptr)
         ext = self._ext
         C.llama_batch_ext_clear(ext)
-        width = rows.shape[1]
-        base = rows.ctypes.data
-        stride = rows.strides[0]
-        fptr = ctypes.POINTER(ctypes.c_float)
-        pos = (C.llama_pos * 4)()
-        for i in range(n):
-            embd = C.llama_embd(ctypes.cast(base + i * stride, fptr), 1, width)
-            idx = C.llama_batch_ext_add_embd(ext, int(seq_ids[i]), embd)
+        width, base, stride = rows.shape[1], rows.ctypes.data, rows.strides[0]
+        pos = (ctypes.c_int32 * 4)()  # M-RoPE drafters read 3 position rows; others read the first
+        for i, (p, seq) in enumerate(zip(positions.tolist(), seq_ids.tolist())):
+            idx = batch_ext_add_embd(ext, seq, EmbdRow(base + i * stride, 1, width))
             if idx < 0:
                 raise DecodeError(idx, "llama_batch_ext_add_embd")
-            p = int(positions[i])
             pos[0] = pos[1] = pos[2] = p
-            C.llama_batch_ext_set_pos(ext, idx, pos)
-        _raise_for(C.llama_process(self._ptr, LLAMA_PROCESS_TYPE_DECODE, ext), "llama_process(inject)")
+            batch_ext_set_pos(ext, idx, pos)
+        t = time.perf_counter()
+        rc = C.llama_process(self._ptr, LLAMA_PROCESS_TYPE_DECODE, ext)
+        self.t_native += time.perf_counter() - t
+        _raise_for(rc, "llama_process(inject)")
 
     # --- outputs --------------------------------------------------------------------------------------
     def picks(self, indices: Sequence[int]) -> list[int]:
         """The backend sampler's token (argmax, or a sample) at the given batch indices (marked as outputs)."""
-        get = C.llama_get_sampled_token_ith
-        return [get(self._ptr, i) for i in indices]
+        ptr = self._ptr
+        return [get_sampled_token_ith(ptr, i) for i in indices]
 
     def logits(self, i: int) -> np.ndarray:
         """Full-vocabulary logits at batch index i, copied. Only for the test oracle and sampling."""
