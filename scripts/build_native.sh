@@ -27,8 +27,9 @@ if [ -f "$DEST/.complete" ]; then
 fi
 
 JOBS=${JOBS:-$(nproc)}
+mkdir -p .cache/build .cache/native
 echo "building llama.cpp ($FLAGS) -> $DEST" >&2
-cmake -S vendor/llama.cpp -B "$BUILD" $FLAGS >"$BUILD.configure.log" 2>&1 || { mkdir -p "$BUILD"; cat "$BUILD.configure.log" >&2; exit 1; }
+cmake -S vendor/llama.cpp -B "$BUILD" $FLAGS >"$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log" >&2; exit 1; }
 cmake --build "$BUILD" -j "$JOBS" --target $TARGETS >"$BUILD.build.log" 2>&1 || { tail -50 "$BUILD.build.log" >&2; exit 1; }
 
 rm -rf "$DEST"
