@@ -12,7 +12,7 @@ test: setup
 	.venv/bin/python -m pytest -q
 
 bench: setup
-	.venv/bin/python scripts/bench_cpu.py
+	.venv/bin/python scripts/bench.py
 
 clean:
 	rm -rf .cache/build .cache/native vendor/llama.cpp vendor/.stamp

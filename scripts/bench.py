@@ -1,9 +1,10 @@
-"""Per-step cost split of pydflash on the CPU: Gemma-3-270M Q4_K_M target with a random drafter, at synthetic
-acceptance lengths 1, 4 and 8, against plain decoding through the same engine; plus adaptive drafting with the
-useless drafter (real acceptance ~0). All modes run side by side, interleaved over rounds, in one process, and
-are reported as ratios to plain decoding (absolute CPU figures on a shared 2-core machine mean little).
+"""Per-step cost split of pydflash: Gemma-3-270M Q4_K_M target with a random drafter, at synthetic acceptance
+lengths 1, 4 and 8, against plain decoding through the same engine; plus adaptive drafting with the useless
+drafter (real acceptance ~0). All modes run side by side, interleaved over rounds, in one process, and are
+reported as ratios to plain decoding (absolute CPU figures on a shared 2-core machine mean little; absolute
+figures count only from the GPU).
 
-    .venv/bin/python scripts/bench_cpu.py [--rounds 3] [--tokens 128] [--out docs/bench_cpu.md]
+    .venv/bin/python scripts/bench.py [--rounds 3] [--tokens 128] [--slots 1] [--ngl 0] [--out docs/bench_cpu.md]
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import pathlib
 import statistics
 import sys
+import time
 
 from pydflash import api
 from pydflash.config import EngineConfig
@@ -32,14 +34,25 @@ MODES = [
 ]
 
 
-def run_mode(llms, name, n_tokens):
-    res = llms[name].generate(PROMPT, max_tokens=n_tokens, ignore_eos=True)
-    st = res.stats
+def run_mode(llms, name, n_tokens, n_slots=1):
+    """n_slots concurrent copies of the request; tok/s is all generated tokens over the wall time."""
+    from pydflash.engine.request import Request
+
+    llm = llms[name]
+    eng = llm.engine
+    before = (eng.stats.t_draft, eng.stats.t_verify, eng.stats.t_commit, eng.stats.t_host)
+    reqs = [Request(PROMPT, max_tokens=n_tokens, ignore_eos=True) for _ in range(n_slots)]
+    t0 = time.perf_counter()
+    results = llm.generate_many(reqs)
+    wall = time.perf_counter() - t0
+    steps = max(r.stats.n_steps for r in results)
+    after = (eng.stats.t_draft, eng.stats.t_verify, eng.stats.t_commit, eng.stats.t_host)
+    prefill = max(r.stats.t_prefill for r in results)
     return {
-        "tok_s": st.tokens_per_second,
-        "tau": st.mean_accept_len,
-        "steps": st.n_steps,
-        "per_step_ms": {k: 1000 * getattr(st, "t_" + k) / st.n_steps for k in ("draft", "verify", "commit", "host")},
+        "tok_s": sum(r.stats.n_generated for r in results) / (wall - prefill),
+        "tau": sum(r.stats.n_generated for r in results) / sum(r.stats.n_steps for r in results),
+        "steps": steps,
+        "per_step_ms": {k: 1000 * (a - b) / steps for k, a, b in zip(("draft", "verify", "commit", "host"), after, before)},
     }
 
 
@@ -48,19 +61,21 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--slots", type=int, default=1, help="concurrent requests")
+    ap.add_argument("--ngl", type=int, default=0, help="layers on the GPU (-1 = all)")
     ap.add_argument("--out", default="docs/bench_cpu.md")
     args = ap.parse_args(argv)
     target = gemma_target()
     drafter = write_random_drafter_for(target, cache_dir() / "models" / "gemma3-random-drafter.gguf")
     llms = {}
     for name, kw in MODES:
-        cfg = EngineConfig(n_ctx_slot=1024, n_threads=args.threads, **kw)
+        cfg = EngineConfig(n_ctx_slot=1024, n_threads=args.threads, n_slots=args.slots, n_gpu_layers=args.ngl, **kw)
         llms[name] = api.load(target, None if kw.get("draft_max") == 0 else drafter, cfg)
         run_mode(llms, name, 8)  # warm-up: graph allocation, first-touch of the weights
     rows = {name: [] for name, _ in MODES}
     for r in range(args.rounds):
         for name, _ in MODES:
-            rows[name].append(run_mode(llms, name, args.tokens))
+            rows[name].append(run_mode(llms, name, args.tokens, args.slots))
             print(f"round {r} {name}: {rows[name][-1]['tok_s']:.1f} tok/s", file=sys.stderr)
     plain = statistics.median(x["tok_s"] for x in rows["plain"])
     table = []
@@ -79,10 +94,11 @@ def main(argv=None):
 
 def write_report(out: pathlib.Path, table, args) -> None:
     lines = [
-        "# CPU cost split: Gemma-3-270M Q4_K_M target, random DFlash drafter",
+        f"# Cost split: Gemma-3-270M Q4_K_M target, random DFlash drafter ({args.slots} concurrent, ngl {args.ngl})",
         "",
-        f"`scripts/bench_cpu.py --rounds {args.rounds} --tokens {args.tokens} --threads {args.threads}`: all modes in one "
-        "process, interleaved, median over rounds. Synthetic modes force the mean acceptance length (counting the "
+        f"`scripts/bench.py --rounds {args.rounds} --tokens {args.tokens} --threads {args.threads} --slots {args.slots} "
+        f"--ngl {args.ngl}`: all modes in one "
+        "process, interleaved, median over rounds; ms/step are per engine step (all slots). Synthetic modes force the mean acceptance length (counting the "
         "bonus) like llama.cpp's `--spec-synth-len`; their text is not valid output. Ratios are to plain decoding "
         "through the same engine in the same run.",
         "",

@@ -1,0 +1,69 @@
+"""A drafter with its own reduced lm_head (d2t): drafts stay in the subset, output stays the target's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from oracle import Oracle
+from pydflash import api
+from pydflash.compat.reduced_head import choose_tokens, token_counts, write_reduced_head
+from pydflash.config import EngineConfig
+from pydflash.engine import drafter as drafter_mod
+
+PROMPTS = ["hello world, the quick brown fox", "def add(a, b):\n    return a + b\n", "1, 2, 3, 4, 5,"]
+
+
+def test_choose_tokens():
+    counts = token_counts([[5, 5, 7, 9], [7, 5, 1]])
+    assert choose_tokens(counts, 2) == [5, 7]
+    assert choose_tokens(counts, 2, always=[0]) == [0, 5]
+
+
+def test_full_subset_reproduces_the_shared_head(tiny, tmp_path, monkeypatch):
+    """All ids, F32 head: the same matrix as the shared head, so the same drafts step by step."""
+    p = tiny("qwen3")
+    out = write_reduced_head(p.drafter, p.target, range(p.n_vocab), tmp_path / "d.gguf", head_type="F32")
+    seen = {}
+    real = drafter_mod.Drafter.propose
+
+    def spy(self, plan):
+        d = real(self, plan)
+        seen.setdefault(self.ctx.model.path, []).append(d)
+        return d
+
+    monkeypatch.setattr(drafter_mod.Drafter, "propose", spy)
+    cfg = EngineConfig(n_ctx_slot=512)
+    for drafter in (p.drafter, out):
+        with api.load(p.target, drafter, config=cfg) as llm:
+            llm.generate(llm.tokenize(PROMPTS[0]), max_tokens=32, ignore_eos=True)
+    assert seen[p.drafter] == seen[out]
+
+
+@pytest.mark.parametrize("head_type", ["Q8_0", "F16"])
+def test_subset_drafts_stay_inside_and_output_is_lossless(tiny, tmp_path, monkeypatch, head_type):
+    p = tiny("gemma3")
+    oracle = Oracle(p.target)
+    # the subset: tokens the target itself generates on a few prompts, plus filler ids
+    base = [oracle.greedy(oracle.llm.tokenize(pr), 48) for pr in PROMPTS]
+    ids = choose_tokens(token_counts(base), 64, always=range(8))
+    out = write_reduced_head(p.drafter, p.target, ids, tmp_path / f"d-{head_type}.gguf", head_type=head_type)
+    drafted = []
+    real = drafter_mod.Drafter.propose
+    monkeypatch.setattr(drafter_mod.Drafter, "propose",
+                        lambda self, plan: drafted.append(real(self, plan)) or drafted[-1])
+    with api.load(p.target, out, config=EngineConfig(n_ctx_slot=512)) as llm:
+        for pr, b in zip(PROMPTS, base):
+            res = llm.generate(llm.tokenize(pr), max_tokens=48, ignore_eos=True)
+            oracle.check(llm.tokenize(pr), res.tokens, base_tokens=b)
+    allowed = set(ids)
+    all_drafts = [t for step in drafted for ds in step.values() for t in ds]
+    assert all_drafts and set(all_drafts) <= allowed
+    oracle.close()
+
+
+def test_refuses_a_drafter_with_its_own_head(tiny, tmp_path):
+    p = tiny("qwen3")
+    once = write_reduced_head(p.drafter, p.target, [1, 2, 3], tmp_path / "once.gguf")
+    with pytest.raises(Exception, match="own head"):
+        write_reduced_head(once, p.target, [1, 2, 3], tmp_path / "twice.gguf")
