@@ -77,7 +77,9 @@ c_model_p = ctypes.c_void_p
 
 def _declare(name: str, argtypes: list, restype):
     try:
-        fn = getattr(lib, name)
+        # lib[name] makes a fresh function object: setting argtypes on getattr(lib, name) would change the one
+        # llama-cpp-python's own wrappers share
+        fn = lib[name]
     except AttributeError as exc:  # an unpatched build exports these only under C++ mangled names
         raise NativeLibraryError(
             f"{name} is not exported by {LIB_DIR}/libllama.so; is patches/0002-c-linkage-for-dflash-ext-api applied?"
