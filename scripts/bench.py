@@ -56,6 +56,23 @@ def run_mode(llms, name, n_tokens, n_slots=1):
     }
 
 
+def reduced_drafter(target, drafter, n):
+    """The random drafter with an n-token head: the tokens most frequent in local Python sources."""
+    import glob
+
+    from pydflash.compat.reduced_head import choose_tokens, token_counts, write_reduced_head
+    from pydflash.native import Model
+
+    out = cache_dir() / "models" / f"gemma3-random-drafter-{n}.gguf"
+    if out.exists():
+        return out
+    model = Model(target)
+    files = sorted(glob.glob(f"{sys.base_prefix}/lib/python3*/**/*.py", recursive=True))[:300]
+    counts = token_counts(model.tokenize(open(f, errors="ignore").read()[:20000], add_special=False) for f in files)
+    model.close()
+    return write_reduced_head(drafter, target, choose_tokens(counts, n, always=range(8)), out)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -63,23 +80,29 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--slots", type=int, default=1, help="concurrent requests")
     ap.add_argument("--ngl", type=int, default=0, help="layers on the GPU (-1 = all)")
+    ap.add_argument("--reduced-head", type=int, default=32768,
+                    help="also run the drafting modes with a reduced drafter head of this many tokens (0 = off)")
     ap.add_argument("--out", default="docs/bench_cpu.md")
     args = ap.parse_args(argv)
     target = gemma_target()
     drafter = write_random_drafter_for(target, cache_dir() / "models" / "gemma3-random-drafter.gguf")
+    modes = [(name, kw, drafter) for name, kw in MODES]
+    if args.reduced_head:
+        small = reduced_drafter(target, drafter, args.reduced_head)
+        modes += [(f"{name}, {args.reduced_head // 1024}k head", kw, small) for name, kw in MODES[1:]]
     llms = {}
-    for name, kw in MODES:
+    for name, kw, dft in modes:
         cfg = EngineConfig(n_ctx_slot=1024, n_threads=args.threads, n_slots=args.slots, n_gpu_layers=args.ngl, **kw)
-        llms[name] = api.load(target, None if kw.get("draft_max") == 0 else drafter, cfg)
+        llms[name] = api.load(target, None if kw.get("draft_max") == 0 else dft, cfg)
         run_mode(llms, name, 8)  # warm-up: graph allocation, first-touch of the weights
-    rows = {name: [] for name, _ in MODES}
+    rows = {name: [] for name, _, _ in modes}
     for r in range(args.rounds):
-        for name, _ in MODES:
+        for name, _, _ in modes:
             rows[name].append(run_mode(llms, name, args.tokens, args.slots))
             print(f"round {r} {name}: {rows[name][-1]['tok_s']:.1f} tok/s", file=sys.stderr)
     plain = statistics.median(x["tok_s"] for x in rows["plain"])
     table = []
-    for name, _ in MODES:
+    for name, _, _ in modes:
         runs = rows[name]
         tok_s = statistics.median(x["tok_s"] for x in runs)
         split = {k: statistics.median(x["per_step_ms"][k] for x in runs) for k in ("draft", "verify", "commit", "host")}
