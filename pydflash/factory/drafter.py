@@ -47,6 +47,7 @@ import gguf
 import numpy as np
 from safetensors.numpy import save_file
 
+from ..tools.compare.names import name_map_for, to_gguf
 from . import weights as W
 from .targets import TargetSpec
 from .tokenizer import TinyVocab, add_vocab
@@ -120,34 +121,12 @@ def drafter_weights(spec: DrafterSpec, rng: np.random.Generator, dtype: str) -> 
     return t
 
 
-_LAYER_MAP = {
-    "input_layernorm": "attn_norm",
-    "self_attn.q_proj": "attn_q",
-    "self_attn.k_proj": "attn_k",
-    "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output",
-    "self_attn.q_norm": "attn_q_norm",
-    "self_attn.k_norm": "attn_k_norm",
-    "post_attention_layernorm": "ffn_norm",
-    "mlp.gate_proj": "ffn_gate",
-    "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down",
-}
-_TOP_UPSTREAM = {"fc": "fc", "hidden_norm": "enc.output_norm", "norm": "output_norm"}
-_TOP_FORK = {"fc": "dflash_fc", "hidden_norm": "dflash_hidden_norm", "norm": "output_norm"}
-
-
 def gguf_name(hf_name: str, layout: str) -> str:
-    """HF tensor name -> GGUF name for layout "upstream" or "fork"."""
-    stem = hf_name.removesuffix(".weight")
-    if stem.startswith("layers."):
-        _, idx, rest = stem.split(".", 2)
-        name = _LAYER_MAP[rest]
-        if layout == "fork" and name == "ffn_norm":
-            name = "post_attention_norm"  # the fork's pre-FFN norm name
-        return f"blk.{idx}.{name}.weight"
-    top = _TOP_FORK if layout == "fork" else _TOP_UPSTREAM
-    return f"{top[stem]}.weight"
+    """HF tensor name -> GGUF name for layout "upstream" or "fork" (one name map, shared with compare-weights)."""
+    name = to_gguf(hf_name, name_map_for("dflash-draft" if layout == "fork" else "dflash"))
+    if name is None:
+        raise ValueError(f"no GGUF name for drafter tensor {hf_name}")
+    return name
 
 
 def _add_hparams(w: gguf.GGUFWriter, arch: str, spec: DrafterSpec, dtype: str) -> None:
