@@ -17,7 +17,7 @@ from .errors import ModelLoadError
 GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 GEMMA_FILE = "gemma-3-270m-q4_k_m.gguf"
 MODELS_DIR = pathlib.Path(__file__).resolve().parent / "models"
-SHIPPED_DRAFTER = MODELS_DIR / "gemma3-270m-dflash-q8_0.gguf"
+SHIPPED_DRAFTER = MODELS_DIR / "gemma-3-270m-dflash-q8_0.gguf"
 _REPO = pathlib.Path(__file__).resolve().parents[1]
 
 

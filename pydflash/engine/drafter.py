@@ -55,7 +55,10 @@ class Drafter:
         b.clear()
         where = []
         for slot, k in drafting:
-            start = b.add([slot.anchor] + [self.mask_token] * k, slot.n_past, slot.seq, [False] + [True] * k)
+            # every block position is an output, the anchor's too: the dflash graph computes logits for all rows
+            # of the block, and with the anchor left out llama.cpp's output rows shift by one against the batch
+            # (the draft read at block position 1 would be the anchor's own prediction)
+            start = b.add([slot.anchor] + [self.mask_token] * k, slot.n_past, slot.seq, True)
             where.append((slot, start, k))
         self.ctx.decode(b)
         drafts = {}
