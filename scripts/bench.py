@@ -18,7 +18,7 @@ import time
 
 from pydflash import api
 from pydflash.config import EngineConfig
-from pydflash.defaults import cache_dir, gemma_target
+from pydflash.defaults import SHIPPED_DRAFTER, cache_dir, gemma_target
 from pydflash.factory.for_target import write_random_drafter_for
 
 PROMPT = (
@@ -31,6 +31,7 @@ MODES = [
     ("synthetic L=4", dict(synth_len=4.0)),
     ("synthetic L=8", dict(synth_len=8.0)),
     ("adaptive, random drafter", dict(adaptive=True)),
+    ("adaptive, synthetic L=8", dict(adaptive=True, synth_len=8.0)),
 ]
 
 
@@ -87,6 +88,8 @@ def main(argv=None):
     target = gemma_target()
     drafter = write_random_drafter_for(target, cache_dir() / "models" / "gemma3-random-drafter.gguf")
     modes = [(name, kw, drafter) for name, kw in MODES]
+    if SHIPPED_DRAFTER.exists():  # real acceptance, not synthetic
+        modes += [("trained drafter", {}, SHIPPED_DRAFTER), ("trained drafter, adaptive", dict(adaptive=True), SHIPPED_DRAFTER)]
     if args.reduced_head:
         small = reduced_drafter(target, drafter, args.reduced_head)
         modes += [(f"{name}, {args.reduced_head // 1024}k head", kw, small) for name, kw in MODES[1:]]

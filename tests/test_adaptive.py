@@ -4,36 +4,79 @@ from __future__ import annotations
 
 from pydflash import api
 from pydflash.config import EngineConfig
+import pytest
+
 from pydflash.engine import adaptive
-from pydflash.engine.slot import Slot
-from pydflash.engine.stats import Stats
-from pydflash.engine.text import TextStream
-from pydflash.engine.request import Request
 
 
-def slot(k=15):
-    return Slot(seq=0, request=Request("x"), prompt=[1], draft_max=k, stats=Stats(), text=TextStream())
+def costs_for(fn, ks=(0, 1, 15)):
+    c = adaptive.StepCosts()
+    for k in ks:
+        c.observe(k, fn(k))
+    return c
 
 
-def test_useless_drafts_pause_with_growing_backoff():
-    costs = adaptive.StepCosts(t_spec=2.0, t_plain=1.0)  # drafting doubles the step time
-    s = slot()
-    pauses = []
-    for _ in range(6):
-        while adaptive.plan_drafts(s, costs) == 0:
+def feed(policy, prior, p_accept, k=15, steps=60):
+    """Observe `steps` drafting steps whose drafts are each accepted with conditional probability p_accept."""
+    import random
+
+    rng = random.Random(0)
+    for _ in range(steps):
+        m = 0
+        while m < k and rng.random() < p_accept:
+            m += 1
+        adaptive.observe(policy, prior, k, m)
+
+
+def test_expected_accepted_matches_the_rates():
+    pol, prior = adaptive.SlotPolicy(), adaptive.AcceptCounts()
+    feed(pol, prior, 0.8, steps=400)
+    e = adaptive.expected_accepted(pol.counts, prior, 15)
+    assert e == pytest.approx(sum(0.8**j for j in range(1, 16)), rel=0.15)
+    assert adaptive.expected_accepted(pol.counts, prior, 2) == pytest.approx(0.8 + 0.64, rel=0.1)
+
+
+def test_step_cost_interpolation():
+    c = costs_for(lambda k: 1.0 + 0.5 * k, ks=(0, 4, 8))
+    assert c.estimate(2) == pytest.approx(2.0)
+    assert c.estimate(12) == pytest.approx(7.0)  # extrapolated with the last slope
+
+
+def test_useless_drafts_pause_with_growing_backoff_and_cheap_probes():
+    costs = costs_for(lambda k: 1.0 + 0.1 * k + (0.3 if k else 0))
+    pol, prior = adaptive.SlotPolicy(), adaptive.AcceptCounts()
+    feed(pol, prior, 0.0, steps=10)
+    pauses, probes = [], []
+    for _ in range(8):
+        assert adaptive.choose_drafts(pol, 15, prior, costs) == 0
+        pauses.append(pol.pause)
+        while (k := adaptive.choose_drafts(pol, 15, prior, costs)) == 0:
             pass
-        adaptive.observe_acceptance(s, 15, 0, costs)  # nothing accepted
-        pauses.append(s.pause)
+        probes.append(k)
+        adaptive.observe(pol, prior, k, 0)
     assert pauses == sorted(pauses) and pauses[-1] == adaptive.MAX_BACKOFF
+    assert set(probes) == {1}
 
 
-def test_paying_drafts_keep_drafting():
-    costs = adaptive.StepCosts(t_spec=2.0, t_plain=1.0)
-    s = slot()
-    for _ in range(20):
-        assert adaptive.plan_drafts(s, costs) == 15
-        adaptive.observe_acceptance(s, 15, 6, costs)  # 1 + 6 tokens per step at 2x the cost: pays
-    assert s.pause == 0
+def test_flat_costs_and_good_drafts_use_the_whole_block():
+    """GPU-like: a verify of 16 tokens costs about one of 1."""
+    costs = costs_for(lambda k: 1.0 + 0.01 * k + (0.2 if k else 0))
+    pol, prior = adaptive.SlotPolicy(), adaptive.AcceptCounts()
+    feed(pol, prior, 0.85)
+    assert adaptive.choose_drafts(pol, 15, prior, costs) == 15
+
+
+def test_steep_costs_shrink_the_block():
+    """CPU-like: each verified token adds 40% of a plain step; the drafter adds 60%. At p=0.85 the best rate is
+    at a small K, and it beats plain decoding."""
+    cost = lambda k: 1.0 + 0.4 * k + (0.6 if k else 0)  # noqa: E731
+    costs = costs_for(cost, ks=(0, 1, 2, 4, 8, 15))
+    pol, prior = adaptive.SlotPolicy(), adaptive.AcceptCounts()
+    feed(pol, prior, 0.85)
+    k = adaptive.choose_drafts(pol, 15, prior, costs)
+    rate = lambda k: (1 + sum(0.85**j for j in range(1, k + 1))) / cost(k)  # noqa: E731
+    best = max(adaptive.CANDIDATES, key=rate)
+    assert 1 <= k <= 4 and abs(k - best) <= 1
 
 
 def test_adaptive_engine_with_random_drafter(tiny):

@@ -1,57 +1,132 @@
-"""How many drafts a slot gets this step.
+"""How many drafts a slot gets this step: the K that maximises expected tokens per second.
 
-Drafting pays when the tokens it adds per step outweigh what it costs per step:
-    (1 + E[accepted]) / t_spec_step  >  1 / t_plain_step
-The engine measures both step times (EMA); each slot tracks its own E[accepted] (EMA). A slot whose drafts do not
-pay stops drafting and probes again after a pause that doubles each time it fails (capped), so a useless drafter
-costs one probe step every `max_backoff` steps. While paused, the slot's target features still accumulate in its
-pending buffer (no drafter work), and are injected in one batch when it probes.
+    K* = argmax_K (1 + E[accepted | K]) / t(K),  K in {0} + CANDIDATES (up to the slot's draft_max)
+
+- E[accepted | K] = sum_j prod_{i<=j} p_i, from per-position conditional acceptance rates p_i. Each slot keeps
+  decayed counts, blended with the engine's counts as a prior (the same drafter/target pair behaves alike across
+  requests, so a useless drafter is recognised once, not once per request).
+- t(K) is the measured step time: an EMA per K tried (K=0 is a plain step). Untried K are interpolated linearly
+  between tried neighbours (extrapolated with the last slope), so the search can move without trying everything.
+  On a GPU t(K) is nearly flat and K* is the trained block; on a CPU verify cost grows with K and K* shrinks.
+- When K* = 0 the slot decodes plainly and probes with one draft after a pause that doubles while probes fail
+  (up to MAX_BACKOFF steps), so a useless drafter costs about one cheap probe step in MAX_BACKOFF. A paused slot
+  still collects target features (no drafter work) and injects them in one batch when it probes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from .slot import Slot
+CANDIDATES = (1, 2, 3, 4, 6, 8, 11, 15)
+EMA = 0.2
+DECAY = 0.97  # per observation: old acceptance evidence fades
+PRIOR_WEIGHT = 4.0  # engine counts count as this many drafting steps of a slot's own evidence
+MAX_BACKOFF = 256
 
-EMA = 0.3
-MAX_BACKOFF = 64
+
+@dataclass
+class AcceptCounts:
+    """Decayed per-position counts: drafted[i] and accepted[i] for draft position i+1."""
+
+    drafted: list[float] = field(default_factory=lambda: [0.0] * CANDIDATES[-1])
+    accepted: list[float] = field(default_factory=lambda: [0.0] * CANDIDATES[-1])
+    weight: float = 0.0  # decayed number of observations
+
+    def observe(self, n_drafts: int, n_accepted: int) -> None:
+        for i in range(len(self.drafted)):
+            self.drafted[i] *= DECAY
+            self.accepted[i] *= DECAY
+        # position i was tested only if all before it were accepted
+        for i in range(min(n_drafts, n_accepted + 1)):
+            self.drafted[i] += 1.0
+            self.accepted[i] += 1.0 if i < n_accepted else 0.0
+        self.weight = self.weight * DECAY + 1.0
+
+
+def expected_accepted(slot_counts: AcceptCounts, prior: AcceptCounts, k: int) -> float:
+    """E[accepted drafts] with k drafts, from conditional rates p_i (slot counts blended with the prior)."""
+    w = PRIOR_WEIGHT / max(prior.weight, 1e-9)
+    total, run, last_p = 0.0, 1.0, 0.5
+    for i in range(k):
+        d = slot_counts.drafted[i] + w * prior.drafted[i]
+        a = slot_counts.accepted[i] + w * prior.accepted[i]
+        # shrink towards the previous position's rate (deep positions are tested rarely); an even prior at 1
+        p = (a + last_p) / (d + 1.0)
+        last_p = p
+        run *= p
+        total += run
+    return total
 
 
 @dataclass
 class StepCosts:
-    t_spec: float = 0.0  # EMA seconds of a step with drafts
-    t_plain: float = 0.0  # EMA seconds of a step without drafts
+    """EMA of step seconds per drafts-per-slot K (K=0: plain step)."""
 
-    def observe(self, drafted: bool, seconds: float) -> None:
-        name = "t_spec" if drafted else "t_plain"
-        old = getattr(self, name)
-        setattr(self, name, seconds if old == 0.0 else (1 - EMA) * old + EMA * seconds)
+    seconds: dict = field(default_factory=dict)
 
-    @property
-    def ratio(self) -> float:
-        """t_spec / t_plain; before both are measured assume drafting costs twice a plain step."""
-        if self.t_spec == 0.0 or self.t_plain == 0.0:
-            return 2.0
-        return self.t_spec / self.t_plain
+    def observe(self, k: int, seconds: float) -> None:
+        old = self.seconds.get(k)
+        self.seconds[k] = seconds if old is None else (1 - EMA) * old + EMA * seconds
+
+    def estimate(self, k: int) -> float | None:
+        if k in self.seconds:
+            return self.seconds[k]
+        known = sorted(self.seconds)
+        if not known:
+            return None
+        lo = [x for x in known if x < k]
+        hi = [x for x in known if x > k]
+        if lo and hi:  # interpolate
+            a, b = lo[-1], hi[0]
+            return self.seconds[a] + (self.seconds[b] - self.seconds[a]) * (k - a) / (b - a)
+        pts = lo[-2:] if len(lo) >= 2 else hi[:2]
+        if len(pts) < 2:  # one point: assume cost grows like a plain step per extra token, at most
+            (x,) = pts
+            return self.seconds[x] * (1 + k) / (1 + x) if k > x else self.seconds[x]
+        (x0, x1) = pts
+        slope = (self.seconds[x1] - self.seconds[x0]) / (x1 - x0)
+        return max(self.seconds[x1] + slope * (k - x1), 1e-9)
 
 
-def plan_drafts(slot: Slot, costs: StepCosts) -> int:
-    """Drafts for this step under the adaptive policy (slot.draft_max is the ceiling)."""
-    if slot.draft_max == 0:
+@dataclass
+class SlotPolicy:
+    counts: AcceptCounts = field(default_factory=AcceptCounts)
+    pause: int = 0
+    backoff: int = 4
+    probing: bool = False
+
+
+def choose_drafts(policy: SlotPolicy, draft_max: int, prior: AcceptCounts, costs: StepCosts) -> int:
+    if draft_max == 0:
         return 0
-    if slot.pause > 0:
-        slot.pause -= 1
+    if policy.pause > 0:
+        policy.pause -= 1
+        if policy.pause == 0:
+            policy.probing = True
+            return 1  # a cheap probe: one draft
         return 0
-    return slot.draft_max
-
-
-def observe_acceptance(slot: Slot, n_drafts: int, n_accepted: int, costs: StepCosts) -> None:
-    if n_drafts == 0:
-        return
-    slot.ema_accepted = n_accepted if slot.ema_accepted < 0 else (1 - EMA) * slot.ema_accepted + EMA * n_accepted
-    if 1.0 + slot.ema_accepted < costs.ratio:
-        slot.pause = slot.backoff
-        slot.backoff = min(slot.backoff * 2, MAX_BACKOFF)
+    cands = [k for k in CANDIDATES if k <= draft_max] or [draft_max]
+    if not costs.seconds:
+        return cands[-1]  # nothing measured yet: start from the trained block
+    if 0 not in costs.seconds:
+        return 0  # measure one plain step to compare against
+    t0 = costs.seconds[0]
+    best_k, best_rate = 0, 1.0 / t0
+    for k in cands:
+        t = costs.estimate(k)
+        rate = (1.0 + expected_accepted(policy.counts, prior, k)) / t
+        if rate > best_rate:
+            best_k, best_rate = k, rate
+    if best_k == 0:
+        policy.pause = policy.backoff
+        policy.backoff = min(policy.backoff * 2, MAX_BACKOFF)
     else:
-        slot.backoff = 4
+        policy.backoff = 4
+    policy.probing = False
+    return best_k
+
+
+def observe(policy: SlotPolicy, prior: AcceptCounts, n_drafts: int, n_accepted: int) -> None:
+    if n_drafts:
+        policy.counts.observe(n_drafts, n_accepted)
+        prior.observe(n_drafts, n_accepted)

@@ -69,6 +69,7 @@ class Engine:
         self.queue: deque[tuple[Request, list[int]]] = deque()
         self.stats = Stats()
         self.costs = adaptive.StepCosts()
+        self.accept_prior = adaptive.AcceptCounts()  # engine-wide acceptance, the prior for every slot
         self.rng = random.Random(config.seed)
         self.synth_p = None
         if config.synth_len is not None:
@@ -134,13 +135,15 @@ class Engine:
         verdicts = self.verifier.verify([(s, drafts.get(s.seq, [])) for s in active])  # verify
         t_commit = time.perf_counter()
         events = [self._commit(s, drafts.get(s.seq, []), *verdicts[s.seq]) for s in active]  # accept + commit
-        self._account(active, bool(drafts), clock, time.perf_counter() - t_commit)
+        self._account(active, max(k for _, k in plan), clock, time.perf_counter() - t_commit)
         return events
 
     def _n_drafts(self, slot: Slot) -> int:
         if self.drafter is None:
             return 0
-        return adaptive.plan_drafts(slot, self.costs) if self.config.adaptive else slot.draft_max
+        if not self.config.adaptive:
+            return slot.draft_max
+        return adaptive.choose_drafts(slot.policy, slot.draft_max, self.accept_prior, self.costs)
 
     def _commit(self, slot: Slot, drafts: list[int], picks: list[int], rows, pos0: int) -> Event:
         k = len(drafts)
@@ -159,7 +162,7 @@ class Engine:
         new_tokens, text = self._emit(slot, committed)
         slot.stats.record_step(k, m, len(new_tokens))
         if self.config.adaptive:
-            adaptive.observe_acceptance(slot, k, m, self.costs)
+            adaptive.observe(slot.policy, self.accept_prior, k, m)
         if self.config.check_invariants:
             self._check(slot)
         if slot.finish_reason is None:
@@ -209,7 +212,7 @@ class Engine:
         dn = self.drafter.ctx.t_native if self.drafter else 0.0
         return time.perf_counter(), dn, self.target_ctx.t_native
 
-    def _account(self, active: list[Slot], drafted: bool, clock, t_commit: float) -> None:
+    def _account(self, active: list[Slot], max_drafts: int, clock, t_commit: float) -> None:
         """Split the step: draft = drafter native time, verify = target forward, commit = accept/rollback/emit,
         host = the rest (batch building, feature copies, Python bookkeeping)."""
         t0, dn0, tn0 = clock
@@ -217,7 +220,7 @@ class Engine:
         total = now - t0
         t_draft, t_verify = dn1 - dn0, tn1 - tn0
         split = (t_draft, t_verify, t_commit, max(0.0, total - t_draft - t_verify - t_commit))
-        self.costs.observe(drafted, total)
+        self.costs.observe(max_drafts, total)
         for st in [s.stats for s in active] + [self.stats]:
             st.t_draft += split[0]
             st.t_verify += split[1]

@@ -8,6 +8,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import InvariantError
+from .adaptive import SlotPolicy
 from .request import Request
 from .stats import Stats
 from .text import TextStream
@@ -35,10 +36,7 @@ class Slot:
     pending: list[FeatureRows] = field(default_factory=list)  # features known, not yet injected
     generated: list[int] = field(default_factory=list)
     finish_reason: Optional[str] = None
-    # adaptive drafting: EMA of accepted drafts per drafting step, and steps to wait before probing again
-    ema_accepted: float = -1.0
-    pause: int = 0
-    backoff: int = 4
+    policy: SlotPolicy = field(default_factory=SlotPolicy)  # adaptive drafting state
 
     @property
     def n_pending(self) -> int:
