@@ -60,11 +60,18 @@ def expected_accepted(slot_counts: AcceptCounts, prior: AcceptCounts, k: int) ->
 
 @dataclass
 class StepCosts:
-    """EMA of step seconds per drafts-per-slot K (K=0: plain step)."""
+    """EMA of step seconds per drafts-per-slot K (K=0: plain step).
+
+    The first step at each K is not counted: it includes llama.cpp's graph allocation for that shape (measured on
+    an H200: a warm-up step 100x a normal one, which pinned K=15 as "too slow" for good)."""
 
     seconds: dict = field(default_factory=dict)
+    seen: set = field(default_factory=set)
 
     def observe(self, k: int, seconds: float) -> None:
+        if k not in self.seen:
+            self.seen.add(k)
+            return
         old = self.seconds.get(k)
         self.seconds[k] = seconds if old is None else (1 - EMA) * old + EMA * seconds
 
@@ -93,37 +100,43 @@ class SlotPolicy:
     counts: AcceptCounts = field(default_factory=AcceptCounts)
     pause: int = 0
     backoff: int = 4
-    probing: bool = False
 
 
 def choose_drafts(policy: SlotPolicy, draft_max: int, prior: AcceptCounts, costs: StepCosts) -> int:
     if draft_max == 0:
         return 0
+    cands = [k for k in CANDIDATES if k <= draft_max] or [draft_max]
+    # calibrate first: the full block and a plain step, each measured past its warm-up step
+    if cands[-1] not in costs.seconds:
+        return cands[-1]
+    if 0 not in costs.seconds:
+        return 0
+    best_k = _best(policy, cands, prior, costs)
     if policy.pause > 0:
         policy.pause -= 1
-        if policy.pause == 0:
-            policy.probing = True
-            return 1  # a cheap probe: one draft
-        return 0
-    cands = [k for k in CANDIDATES if k <= draft_max] or [draft_max]
-    if not costs.seconds:
-        return cands[-1]  # nothing measured yet: start from the trained block
-    if 0 not in costs.seconds:
-        return 0  # measure one plain step to compare against
-    t0 = costs.seconds[0]
-    best_k, best_rate = 0, 1.0 / t0
-    for k in cands:
-        t = costs.estimate(k)
-        rate = (1.0 + expected_accepted(policy.counts, prior, k)) / t
-        if rate > best_rate:
-            best_k, best_rate = k, rate
-    if best_k == 0:
+        if policy.pause > 0:
+            return 0
+        # probe with the drafting K that would pay best if the drafter were as good as it last looked
+        return max(best_k[1], 1)
+    if best_k[0] == 0:
         policy.pause = policy.backoff
         policy.backoff = min(policy.backoff * 2, MAX_BACKOFF)
     else:
         policy.backoff = 4
-    policy.probing = False
-    return best_k
+    return best_k[0]
+
+
+def _best(policy: SlotPolicy, cands: list[int], prior: AcceptCounts, costs: StepCosts) -> tuple[int, int]:
+    """(best K including plain decoding, best drafting K) by expected tokens per second."""
+    rate0 = 1.0 / costs.seconds[0]
+    best, best_rate, best_draft, best_draft_rate = 0, rate0, cands[0], -1.0
+    for k in cands:
+        rate = (1.0 + expected_accepted(policy.counts, prior, k)) / costs.estimate(k)
+        if rate > best_draft_rate:
+            best_draft, best_draft_rate = k, rate
+        if rate > best_rate:
+            best, best_rate = k, rate
+    return best, best_draft
 
 
 def observe(policy: SlotPolicy, prior: AcceptCounts, n_drafts: int, n_accepted: int) -> None:

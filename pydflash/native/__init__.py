@@ -8,6 +8,7 @@ Layers, after llama-cpp-python's own split:
 Nothing above this package sees pointers, ``byref`` or raw return codes.
 """
 
+from . import _lib  # noqa: F401  first: libllama must be loaded before numpy (see pydflash/__init__.py)
 from .handles import Model, ModelParams, ContextParams
 from .context import Context, TokenBatch
 

@@ -33,10 +33,11 @@ if not (LIB_DIR / "libllama.so").exists():
     )
 os.environ["LLAMA_CPP_LIB_PATH"] = str(LIB_DIR)
 # libllama's RUNPATH names the build tree it was linked in; loading its ggml dependencies from LIB_DIR first
-# (by soname, globally) makes the installed copy independent of that tree.
-for _dep in ("libggml-base.so", "libggml-cpu.so", "libggml-cuda.so", "libggml.so"):
+# makes the installed copy independent of that tree (the loader reuses an object already loaded under the same
+# soname). RTLD_LOCAL: exporting them globally let symbols interpose across backends and crashed CUDA builds.
+for _dep in ("libggml-base.so", "libggml-cpu.so", "libggml.so"):
     if (LIB_DIR / _dep).exists():
-        ctypes.CDLL(str(LIB_DIR / _dep), mode=ctypes.RTLD_GLOBAL)
+        ctypes.CDLL(str(LIB_DIR / _dep), mode=ctypes.RTLD_LOCAL)
 
 import llama_cpp.llama_cpp as C  # noqa: E402  (must follow the environment setup above)
 

@@ -9,6 +9,8 @@ mkdir -p $W
 case "$1" in
 start)
     cp .device-bench/g1/* $W/
+    # the trained drafter travels in g1 (the working tree is capped at 64 MiB per call)
+    [ -f $W/gemma-3-270m-dflash-q8_0.gguf ] && mkdir -p pydflash/models && cp $W/gemma-3-270m-dflash-q8_0.gguf pydflash/models/
     cd $W && mkdir -p site && tar xzf site.tgz -C site && tar xzf src.tgz
     # our patches are already applied in the carried vendor tree
     setsid nohup bash -c "cd $W/llama.cpp && cmake -S . -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
@@ -22,9 +24,10 @@ bench)
     for _ in $(seq 1 100); do [ -f $W/build.rc ] && break; sleep 5; done
     cat $W/build.rc; tail -3 $W/build.log
     cat $W/part* > $W/gemma.gguf && sha256sum $W/gemma.gguf | cut -c1-64 | diff - $W/model.sha256
-    mkdir -p .cache/models && ln -sf $W/gemma.gguf .cache/models/gemma-3-270m-q4_k_m.gguf
+    mkdir -p .cache/models pydflash/models && ln -sf $W/gemma.gguf .cache/models/gemma-3-270m-q4_k_m.gguf
+    [ -f $W/gemma-3-270m-dflash-q8_0.gguf ] && cp $W/gemma-3-270m-dflash-q8_0.gguf pydflash/models/
     export PYTHONPATH=$W/site:$PWD PYDFLASH_LIB_DIR=$W/llama.cpp/build/bin PYTHONUNBUFFERED=1
     shift
-    python3 scripts/bench.py --ngl -1 --threads 8 --slots 1 --rounds 3 --tokens 256 --out $OUT/bench_gpu_c1.md "$@"
-    python3 scripts/bench.py --ngl -1 --threads 8 --slots 8 --rounds 2 --tokens 128 --out $OUT/bench_gpu_c8.md "$@" ;;
+    python3 scripts/bench.py --ngl -1 --threads 8 --slots 1 --rounds 2 --tokens 256 --out $OUT/bench_gpu_c1.md "$@"
+    python3 scripts/bench.py --ngl -1 --threads 8 --slots 8 --rounds 1 --tokens 128 --out $OUT/bench_gpu_c8.md "$@" ;;
 esac
