@@ -19,7 +19,6 @@ import numpy as np
 from pydflash import api
 from pydflash.config import EngineConfig
 from pydflash.defaults import SHIPPED_DRAFTER, gemma_target
-from pydflash.engine.request import Request
 from pydflash.engine.stats import Stats
 
 HELDOUT = pathlib.Path(__file__).resolve().parents[1] / "pydflash" / "train" / "heldout_eval.npz"

@@ -17,7 +17,6 @@ import glob
 import hashlib
 import os
 import random
-import sys
 import sysconfig
 
 import numpy as np
@@ -101,7 +100,6 @@ def build(tokenizer, bos: int = 2, prompt_len: int = 96, per_file: int = 4, max_
     each prompt is ``[BOS] + window`` (llama.cpp adds BOS for Gemma too).
     """
     rng = random.Random(seed)
-    newline_ids = None
     res = {"train_code": [], "train_prose": [], "eval_code": [], "eval_prose": []}
     stats = {k: 0 for k in res}
     code = [(f, None) for f in code_files()]

@@ -14,7 +14,7 @@ The token embedding and the output head are the target's (frozen, passed in, nev
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
@@ -243,7 +243,7 @@ def draft_logits_loss(model: DFlashDrafter, embd: torch.Tensor, feats: torch.Ten
     keep = w > 0
     h, labels, w = h[keep], labels[keep], w[keep]
     pos_in_blk = torch.arange(blk, device=tokens.device).repeat(M)[None].expand(B, -1).reshape(-1)[keep]
-    total, correct = h.new_zeros((), dtype=torch.float32), []
+    total = h.new_zeros((), dtype=torch.float32)
     hits = torch.zeros(blk, device=tokens.device)
     counts = torch.zeros(blk, device=tokens.device)
     for s in range(0, h.shape[0], head_chunk):

@@ -63,7 +63,6 @@ def features(target, tokens: torch.Tensor, layer_ids, batch: int = 64) -> torch.
 
 
 def train(model, embd, feats, tokens, valid, P, args, log):
-    c = model.config
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     N, L = tokens.shape
     t0, step, hist = time.time(), 0, []
