@@ -8,8 +8,8 @@
 - t(K) is the measured step time: an EMA per K tried (K=0 is a plain step). Untried K are interpolated linearly
   between tried neighbours (extrapolated with the last slope), so the search can move without trying everything.
   On a GPU t(K) is nearly flat and K* is the trained block; on a CPU verify cost grows with K and K* shrinks.
-- When K* = 0 the slot decodes plainly and probes with one draft after a pause that doubles while probes fail
-  (up to MAX_BACKOFF steps), so a useless drafter costs about one cheap probe step in MAX_BACKOFF. A paused slot
+- When K* = 0 the slot decodes plainly and probes, at the best drafting K, after a pause that doubles while probes
+  fail (up to MAX_BACKOFF steps), so a useless drafter costs about one probe step in MAX_BACKOFF. A paused slot
   still collects target features (no drafter work) and injects them in one batch when it probes.
 """
 
@@ -111,11 +111,12 @@ def choose_drafts(policy: SlotPolicy, draft_max: int, prior: AcceptCounts, costs
         return cands[-1]
     if 0 not in costs.seconds:
         return 0
-    best_k = _best(policy, cands, prior, costs)
-    if policy.pause > 0:
+    if policy.pause > 1:  # paused: no estimate needed until the probe step
         policy.pause -= 1
-        if policy.pause > 0:
-            return 0
+        return 0
+    best_k = _best(policy, cands, prior, costs)
+    if policy.pause == 1:
+        policy.pause = 0
         # probe with the drafting K that would pay best if the drafter were as good as it last looked
         return max(best_k[1], 1)
     if best_k[0] == 0:

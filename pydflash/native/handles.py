@@ -11,7 +11,6 @@ import pathlib
 from dataclasses import dataclass, field
 from typing import Mapping, Union
 
-import numpy as np
 
 from ..errors import ModelLoadError
 from ._lib import C, ensure_backend, last_error, llama_model_target_layer_ids, llama_model_target_layer_ids_n
@@ -25,7 +24,6 @@ class ModelParams:
     n_gpu_layers: int = 0
     # GGUF metadata overrides applied at load (e.g. {"dflash.embedding_scale": 25.3}).
     kv_overrides: Mapping[str, KVValue] = field(default_factory=dict)
-    use_mmap: bool = True
 
     def __post_init__(self):
         if self.n_gpu_layers < -1:
@@ -76,7 +74,6 @@ class Model:
         ensure_backend()
         mp = C.llama_model_default_params()
         mp.n_gpu_layers = params.n_gpu_layers if params.n_gpu_layers >= 0 else 999
-        mp.use_mmap = params.use_mmap
         self._overrides = None
         if params.kv_overrides:
             self._overrides = _overrides_array(params.kv_overrides)  # must stay alive during the load
@@ -161,17 +158,6 @@ class Model:
 
     def detokenize(self, tokens, special: bool = False) -> bytes:
         return b"".join(self.token_to_piece(int(t), special) for t in tokens)
-
-    def token_embeddings(self) -> np.ndarray:
-        """The whole token-embedding matrix in F32, [n_vocab, n_embd]. Test and tooling use only."""
-        from ._lib import lib
-
-        fn = lib.llama_model_get_tok_embd
-        fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_float)]
-        fn.restype = ctypes.c_uint32
-        out = np.empty((self.n_vocab, self.n_embd), dtype=np.float32)
-        fn(self.ptr, out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
-        return out
 
 
 @dataclass(frozen=True)
