@@ -121,3 +121,29 @@ def test_closed_loop_from_a_cold_start(flat, p, expect_drafting):
         adaptive.observe(pol, prior, k, m)
         drafted += k > 0
     assert (drafted > 300) == expect_drafting, drafted
+
+
+def test_paused_slots_skip_features_and_restart_the_drafter(tiny, monkeypatch):
+    """With drafting clearly not paying (costs pinned, every draft rejected), slots pause for longer and longer and
+    target features are extracted only in the lead-in to each probe; a probe restarts the drafter's context where
+    features resumed. Output stays the plain greedy output, new requests start paused (the engine remembers), and
+    the feature/KV invariants hold every step (check_invariants)."""
+    p = tiny("qwen3")
+    with api.load(p.target, config=EngineConfig(n_ctx_slot=1024)) as plain:
+        toks = [plain.tokenize(t) for t in ("hello world", "the quick brown fox", "a b c d e f g")]
+        base = [plain.generate(t, max_tokens=400, ignore_eos=True).tokens for t in toks]
+    cfg = EngineConfig(n_ctx_slot=1024, n_slots=2, adaptive=True, synth_len=1.0, check_invariants=True)
+    with api.load(p.target, p.drafter, config=cfg) as llm:
+        eng = llm.engine
+        eng.costs.seconds, eng.costs.seen = {0: 1.0, 15: 3.0}, {0, 15}
+        monkeypatch.setattr(adaptive.StepCosts, "observe", lambda self, k, s: None)
+        first = llm.generate_many([api.Request(toks[0], max_tokens=400, ignore_eos=True),
+                                   api.Request(toks[1], max_tokens=400, ignore_eos=True)])
+        later = llm.generate(toks[2], max_tokens=400, ignore_eos=True)
+    assert [r.tokens for r in first] + [later.tokens] == base
+    for r in first:
+        assert r.stats.n_feature_steps < 0.6 * r.stats.n_steps  # pauses of 64 and 128 steps, 32 of each lead-in
+        assert 3 <= r.stats.n_draft_steps <= 8  # probes after 4, 8, 16, ... steps
+    assert eng.drafter_restarts >= 2
+    # the later request inherited the long pause: no probe in its first 256 steps
+    assert later.stats.n_draft_steps <= 1 + 400 // 256

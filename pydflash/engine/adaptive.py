@@ -9,8 +9,11 @@
   between tried neighbours (extrapolated with the last slope), so the search can move without trying everything.
   On a GPU t(K) is nearly flat and K* is the trained block; on a CPU verify cost grows with K and K* shrinks.
 - When K* = 0 the slot decodes plainly and probes, at the best drafting K, after a pause that doubles while probes
-  fail (up to MAX_BACKOFF steps), so a useless drafter costs about one probe step in MAX_BACKOFF. A paused slot
-  still collects target features (no drafter work) and injects them in one batch when it probes.
+  fail (up to MAX_BACKOFF steps), so a useless drafter costs about one probe step in MAX_BACKOFF. New slots start
+  from the engine's latest pause length, so a useless drafter is recognised once, not once per request.
+- A paused slot needs no target features until FEATURE_LEAD steps before its probe: the engine turns extraction
+  off while no slot needs them (on a GPU it is ~10% of a small target's plain step). The drafter's context then
+  restarts from the features collected in the lead-in, which costs no extra target work (see ``Slot``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ CANDIDATES = (1, 2, 3, 4, 6, 8, 11, 15)
 EMA = 0.2
 DECAY = 0.97  # per observation: old acceptance evidence fades
 PRIOR_WEIGHT = 4.0  # engine counts count as this many drafting steps of a slot's own evidence
+MIN_BACKOFF = 4
 MAX_BACKOFF = 256
+FEATURE_LEAD = 32  # steps before a probe during which a paused slot collects features again: the probe's context
 
 
 @dataclass
@@ -31,6 +36,7 @@ class AcceptCounts:
     drafted: list[float] = field(default_factory=lambda: [0.0] * CANDIDATES[-1])
     accepted: list[float] = field(default_factory=lambda: [0.0] * CANDIDATES[-1])
     weight: float = 0.0  # decayed number of observations
+    backoff: int = MIN_BACKOFF  # the latest pause length a slot chose; new slots start from it
 
     def observe(self, n_drafts: int, n_accepted: int) -> None:
         for i in range(len(self.drafted)):
@@ -98,8 +104,22 @@ class StepCosts:
 @dataclass
 class SlotPolicy:
     counts: AcceptCounts = field(default_factory=AcceptCounts)
-    pause: int = 0
-    backoff: int = 4
+    pause: int = 0  # plain steps left before the next probe (0: deciding every step)
+    backoff: int = MIN_BACKOFF  # the next pause length
+
+
+def new_slot_policy(prior: AcceptCounts) -> SlotPolicy:
+    return SlotPolicy(backoff=prior.backoff)
+
+
+def expects_drafting(prior: AcceptCounts) -> bool:
+    """Whether a new slot is likely to draft soon: not while the engine's slots keep pausing."""
+    return prior.backoff == MIN_BACKOFF
+
+
+def wants_features(policy: SlotPolicy) -> bool:
+    """Whether this slot needs target features this step: unless it is paused for a while yet."""
+    return policy.pause <= FEATURE_LEAD
 
 
 def choose_drafts(policy: SlotPolicy, draft_max: int, prior: AcceptCounts, costs: StepCosts) -> int:
@@ -123,7 +143,8 @@ def choose_drafts(policy: SlotPolicy, draft_max: int, prior: AcceptCounts, costs
         policy.pause = policy.backoff
         policy.backoff = min(policy.backoff * 2, MAX_BACKOFF)
     else:
-        policy.backoff = 4
+        policy.backoff = MIN_BACKOFF
+    prior.backoff = policy.backoff
     return best_k[0]
 
 

@@ -72,6 +72,7 @@ class Engine:
         self.accept_prior = adaptive.AcceptCounts()  # engine-wide acceptance, the prior for every slot
         self.rng = random.Random(config.seed)
         self.synth_p = None
+        self.drafter_restarts = 0  # drafter contexts started over after a feature gap (see _keep_features)
         if config.synth_len is not None:
             if self.drafter is None:
                 raise ValueError("synthetic acceptance needs a drafter and draft_max > 0")
@@ -131,6 +132,7 @@ class Engine:
             return []
         clock = self._clock()
         plan = [(s, self._n_drafts(s)) for s in active]                              # schedule
+        self._extract_features_if_needed(plan)
         drafts = self.drafter.propose(plan) if self.drafter else {}                  # propose
         verdicts = self.verifier.verify([(s, drafts.get(s.seq, [])) for s in active])  # verify
         t_commit = time.perf_counter()
@@ -145,6 +147,33 @@ class Engine:
             return slot.draft_max
         return adaptive.choose_drafts(slot.policy, slot.draft_max, self.accept_prior, self.costs)
 
+    def _extract_features_if_needed(self, plan: list[tuple[Slot, int]]) -> None:
+        """Target features are needed this step if any slot drafts or is close to probing; a slot left without
+        them records a gap, and its drafter context restarts where they resume (``_keep_features``)."""
+        if self.drafter is None:
+            return
+        need = not self.config.adaptive or any(k > 0 or adaptive.wants_features(s.policy) for s, k in plan)
+        self.target_ctx.set_features(need)
+        for slot, k in plan:
+            if k > 0 and slot.feature_gap:  # drafting before any feature resumed (rare): start from no context
+                self._restart_drafter(slot, slot.n_past)
+
+    def _keep_features(self, slot: Slot, rows, pos0: int, n: int) -> None:
+        """Queue the features of the n committed positions from pos0 for the drafter."""
+        if rows is None:
+            slot.skip_features()
+            return
+        slot.stats.n_feature_steps += 1
+        if slot.feature_gap:
+            self._restart_drafter(slot, pos0)
+        slot.add_features(rows[:n], np.arange(pos0, pos0 + n, dtype=np.int32))
+
+    def _restart_drafter(self, slot: Slot, pos: int) -> None:
+        log.debug("slot %d: drafter context restarts at position %d after a feature gap", slot.seq, pos)
+        self.drafter_restarts += 1
+        self.drafter.ctx.seq_rm(slot.seq, 0)
+        slot.restart_features(pos)
+
     def _commit(self, slot: Slot, drafts: list[int], picks: list[int], rows, pos0: int) -> Event:
         k = len(drafts)
         if self.synth_p is not None and k:
@@ -155,8 +184,8 @@ class Engine:
         self.target_ctx.accept(slot.seq, committed)
         if m < k:  # rollback: the target wrote [pos0, pos0 + k]; keep up to the last accepted draft
             self.target_ctx.seq_rm(slot.seq, pos0 + m + 1)
-        if rows is not None:
-            slot.add_features(rows[: m + 1], np.arange(pos0, pos0 + m + 1, dtype=np.int32))
+        if self.drafter is not None:
+            self._keep_features(slot, rows, pos0, m + 1)
         slot.n_past = pos0 + m + 1
         slot.anchor = committed[-1]
         new_tokens, text = self._emit(slot, committed)
@@ -199,14 +228,17 @@ class Engine:
                 f"slot {slot.seq}: target KV ends at {self.target_ctx.seq_pos_max(slot.seq)}, expected {slot.n_past - 1}"
             )
         if self.drafter is not None:
-            if slot.drafter_len + slot.n_pending != slot.n_past:
+            featured = slot.n_featured
+            if featured > slot.n_past or (featured != slot.n_past and not slot.feature_gap):
                 raise InvariantError(
-                    f"slot {slot.seq}: {slot.drafter_len} injected + {slot.n_pending} pending feature rows "
-                    f"!= {slot.n_past} committed positions"
+                    f"slot {slot.seq}: feature rows end at {featured} (injected up to {slot.drafter_len}, "
+                    f"{slot.n_pending} pending) but {slot.n_past} positions are committed"
                 )
-            if self.drafter.ctx.seq_pos_max(slot.seq) != slot.drafter_len - 1:
-                raise InvariantError(f"slot {slot.seq}: drafter KV ends at {self.drafter.ctx.seq_pos_max(slot.seq)}, "
-                                     f"expected {slot.drafter_len - 1}")
+            empty = slot.drafter_len == slot.drafter_base
+            span = (-1, -1) if empty else (slot.drafter_base, slot.drafter_len - 1)
+            held = (self.drafter.ctx.seq_pos_min(slot.seq), self.drafter.ctx.seq_pos_max(slot.seq))
+            if held != span:
+                raise InvariantError(f"slot {slot.seq}: drafter KV holds positions {held}, expected {span}")
 
     def _clock(self) -> tuple[float, float, float]:
         dn = self.drafter.ctx.t_native if self.drafter else 0.0
@@ -235,9 +267,11 @@ class Engine:
             req, tokens = self.queue.popleft()
             draft = self._clamp_draft(req.draft_max if req.draft_max is not None else self.config.draft_max)
             slot = Slot(seq=i, request=req, prompt=tokens, draft_max=draft, stats=Stats(n_prompt=len(tokens)),
-                        text=TextStream(req.stop))
+                        text=TextStream(req.stop), policy=adaptive.new_slot_policy(self.accept_prior))
             t = time.perf_counter()
             self.target_ctx.set_sampling(i, req.sampling)
+            if self.drafter is not None and (not self.config.adaptive or adaptive.expects_drafting(self.accept_prior)):
+                self.target_ctx.set_features(True)  # the prompt's features: this slot is likely to draft soon
             self.verifier.prefill(slot, tokens[:-1])
             slot.anchor = tokens[-1]
             slot.stats.t_prefill += time.perf_counter() - t

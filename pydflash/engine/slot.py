@@ -32,8 +32,12 @@ class Slot:
     text: TextStream
     n_past: int = 0  # positions in the target KV: every committed token but the anchor
     anchor: int = -1  # last committed token, not yet through the target
-    drafter_len: int = 0  # positions whose features are in the drafter KV
+    drafter_len: int = 0  # end of the positions whose features are in the drafter KV
+    drafter_base: int = 0  # first of them: 0, or where features resumed after a gap (see ``restart_features``)
     pending: list[FeatureRows] = field(default_factory=list)  # features known, not yet injected
+    # Some committed positions past the rows got no features (decoded while extraction was off): the rows end
+    # before n_past until features resume, and then the drafter's context restarts there.
+    feature_gap: bool = False
     generated: list[int] = field(default_factory=list)
     finish_reason: Optional[str] = None
     policy: SlotPolicy = field(default_factory=SlotPolicy)  # adaptive drafting state
@@ -42,8 +46,24 @@ class Slot:
     def n_pending(self) -> int:
         return sum(len(p.positions) for p in self.pending)
 
+    @property
+    def n_featured(self) -> int:
+        """End of the positions with known features (injected or pending)."""
+        return self.drafter_len + self.n_pending
+
+    def skip_features(self) -> None:
+        """Committed positions went through the target without features."""
+        self.feature_gap = True
+
+    def restart_features(self, pos: int) -> None:
+        """Features resume at ``pos`` after a gap: the drafter's context starts over there (llama.cpp keeps each
+        sequence's positions consecutive, so a gap cannot be left in its KV). The caller clears the drafter KV."""
+        self.pending = []
+        self.drafter_base = self.drafter_len = pos
+        self.feature_gap = False
+
     def add_features(self, rows: np.ndarray, positions: np.ndarray) -> None:
-        expected = self.drafter_len + self.n_pending
+        expected = self.n_featured
         if len(positions) and positions[0] != expected:
             raise InvariantError(
                 f"slot {self.seq}: feature rows start at position {positions[0]}, expected {expected}"

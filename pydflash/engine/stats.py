@@ -13,6 +13,7 @@ class Stats:
     n_draft_steps: int = 0  # steps that carried drafts
     n_drafted: int = 0
     n_accepted: int = 0
+    n_feature_steps: int = 0  # steps whose target forward extracted features (adaptive drafting skips them)
     # accept_hist[i]: how often draft position i+1 was accepted; drafted_hist[i]: how often it was proposed.
     accept_hist: list[int] = field(default_factory=list)
     drafted_hist: list[int] = field(default_factory=list)
@@ -40,7 +41,7 @@ class Stats:
 
     def merge_tokens(self, other: "Stats") -> None:
         """Add another request's counts. Times are not merged: the engine's own are per step, shared by slots."""
-        for name in ("n_prompt", "n_generated", "n_steps", "n_draft_steps", "n_drafted", "n_accepted"):
+        for name in ("n_prompt", "n_generated", "n_steps", "n_draft_steps", "n_drafted", "n_accepted", "n_feature_steps"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.t_prefill += other.t_prefill
         for mine, theirs in ((self.accept_hist, other.accept_hist), (self.drafted_hist, other.drafted_hist)):
@@ -73,6 +74,7 @@ class Stats:
             "n_steps": self.n_steps,
             "n_drafted": self.n_drafted,
             "n_accepted": self.n_accepted,
+            "n_feature_steps": self.n_feature_steps,
             "accept_rate": round(self.accept_rate, 4),
             "mean_accept_len": round(self.mean_accept_len, 4),
             "accept_by_position": [round(a / d, 4) if d else 0.0 for a, d in zip(self.accept_hist, self.drafted_hist)],

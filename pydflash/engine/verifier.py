@@ -18,7 +18,8 @@ class Verifier:
         """Run every prompt token but the last (the first anchor) through the target, n_batch at a time.
 
         Features of every chunk are kept (prompts longer than n_ubatch span several ubatches; upstream fills the
-        layer-input buffer at each ubatch's offset, and we copy the whole batch's rows).
+        layer-input buffer at each ubatch's offset, and we copy the whole batch's rows), unless the engine has
+        extraction off: then the slot records a feature gap.
         """
         b = self.batch
         step = self.ctx.params.n_batch
@@ -27,14 +28,17 @@ class Verifier:
             b.clear()
             b.add(chunk, slot.n_past, slot.seq, False)
             self.ctx.decode(b)
-            if self.with_features:
+            if self.with_features and self.ctx.features_on:
                 slot.add_features(self.ctx.features(len(chunk)), np.arange(slot.n_past, slot.n_past + len(chunk), dtype=np.int32))
+            elif self.with_features:
+                slot.skip_features()
             slot.n_past += len(chunk)
 
     def verify(self, spans: list[tuple[Slot, list[int]]]) -> dict[int, tuple[list[int], np.ndarray | None, int]]:
         """One target forward over every slot's [anchor, drafts...].
 
-        Returns per slot seq: (greedy picks t0..tK, feature rows of the span or None, first position).
+        Returns per slot seq: (greedy picks t0..tK, feature rows of the span or None, first position). Rows are
+        None when the engine has no drafter or has extraction off for this step.
         """
         b = self.batch
         b.clear()
@@ -43,7 +47,7 @@ class Verifier:
             start = b.add([slot.anchor] + drafts, slot.n_past, slot.seq, True)
             where.append((slot, start, len(drafts) + 1))
         self.ctx.decode(b)
-        feats = self.ctx.features(b.n) if self.with_features else None
+        feats = self.ctx.features(b.n) if self.with_features and self.ctx.features_on else None
         out = {}
         for slot, start, n in where:
             picks = self.ctx.picks(range(start, start + n))

@@ -109,6 +109,8 @@ class Context:
                 self.set_sampling(seq, ("greedy",))
         for lid in params.feature_layers:
             llama_set_embeddings_layer_inp(ptr, lid, True)
+        self.features_on = bool(params.feature_layers)
+        self._feature_views: dict[int, tuple[int, np.ndarray]] = {}  # layer -> (buffer address, float view)
         self.n_vocab = model.n_vocab
         self._ext = None
         self.t_native = 0.0  # seconds spent inside llama_decode / llama_process (the engine's time split)
@@ -229,19 +231,44 @@ class Context:
             raise DecodeError(-1, f"no logits at batch index {i}")
         return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
 
+    def set_features(self, on: bool) -> None:
+        """Turn target-feature extraction for the following batches on or off (for every feature layer).
+
+        Off saves the extra graph outputs and their copies when no sequence needs features; patches/0004 makes the
+        switch cost one graph rebuild instead of a scheduler reserve.
+        """
+        if on == self.features_on or not self.params.feature_layers:
+            return
+        for lid in self.params.feature_layers:
+            llama_set_embeddings_layer_inp(self._ptr, lid, on)
+        self.features_on = on
+
     def features(self, n_tokens: int) -> np.ndarray:
         """Layer-input features of every token of the last batch: [n_tokens, n_layers * n_embd] float32.
 
         Layers are concatenated in ``feature_layers`` order, which is the drafter's ``fc`` input order.
         """
+        if not self.features_on:
+            raise DecodeError(-1, "feature extraction is off for this batch")
         n_embd = self.model.n_embd
         out = np.empty((n_tokens, len(self.params.feature_layers) * n_embd), dtype=np.float32)
         for k, lid in enumerate(self.params.feature_layers):
-            ptr = llama_get_embeddings_layer_inp(self._ptr, lid)
-            if not ptr:
-                raise DecodeError(-1, f"layer {lid} input was not extracted")
-            out[:, k * n_embd : (k + 1) * n_embd] = np.ctypeslib.as_array(ptr, shape=(n_tokens, n_embd))
+            out[:, k * n_embd : (k + 1) * n_embd] = self._feature_view(lid)[:n_tokens]
         return out
+
+    def _feature_view(self, lid: int) -> np.ndarray:
+        """A numpy view of one layer's feature buffer, rebuilt only when llama.cpp moves the buffer: building one
+        costs more than the copy itself for a one-token step."""
+        ptr = llama_get_embeddings_layer_inp(self._ptr, lid)
+        addr = ctypes.cast(ptr, ctypes.c_void_p).value if ptr else None
+        if not addr:
+            raise DecodeError(-1, f"layer {lid} input was not extracted")
+        cached = self._feature_views.get(lid)
+        if cached is None or cached[0] != addr:
+            n_embd = self.model.n_embd
+            view = np.ctypeslib.as_array(ptr, shape=(C.llama_n_batch(self._ptr), n_embd))  # rows per layer
+            cached = self._feature_views[lid] = (addr, view)
+        return cached[1]
 
     # --- memory ---------------------------------------------------------------------------------------
     def seq_rm(self, seq_id: int, p0: int, p1: int = -1) -> None:
@@ -252,6 +279,10 @@ class Context:
     def seq_pos_max(self, seq_id: int) -> int:
         """Largest position held for the sequence, -1 when empty."""
         return C.llama_memory_seq_pos_max(self._mem, seq_id)
+
+    def seq_pos_min(self, seq_id: int) -> int:
+        """Smallest position held for the sequence, -1 when empty."""
+        return C.llama_memory_seq_pos_min(self._mem, seq_id)
 
     def clear(self) -> None:
         C.llama_memory_clear(self._mem, True)

@@ -2,8 +2,9 @@
 # Runs ON the device machine, from the repo root. Steps (one per call, the machine kept warm in between):
 #   remote.sh start   unpack g1, start the CUDA build detached (survives the call), stash model part
 #   remote.sh part N  stash model part from gN
-#   remote.sh bench   wait for the build, assemble the model, run the held-out drafter eval and scripts/bench.py
-#                     on the GPU, results to $OUT
+#   remote.sh bench   wait for the build, assemble the model, run scripts/step_costs.py (batched and per-row
+#                     greedy, patches/0003) and scripts/bench.py on the GPU, results to $OUT
+#   remote.sh eval    the held-out drafter evaluation (scripts/eval_drafter.py), results to $OUT
 set -euo pipefail
 W=/root/pydflash-dev
 mkdir -p $W
@@ -29,7 +30,11 @@ bench)
     [ -f $W/gemma-3-270m-dflash-q8_0.gguf ] && cp $W/gemma-3-270m-dflash-q8_0.gguf pydflash/models/
     export PYTHONPATH=$W/site:$PWD PYDFLASH_LIB_DIR=$W/llama.cpp/build/bin PYTHONUNBUFFERED=1
     shift
-    python3 scripts/eval_drafter.py --ngl -1 --threads 8 --n 40 --tokens 256 --out $OUT/drafter_eval_gpu.json
-    python3 scripts/bench.py --ngl -1 --threads 8 --slots 1 --rounds 2 --tokens 256 --out $OUT/bench_gpu_c1.md "$@"
-    python3 scripts/bench.py --ngl -1 --threads 8 --slots 8 --rounds 1 --tokens 128 --out $OUT/bench_gpu_c8.md "$@" ;;
+    python3 scripts/step_costs.py --ngl -1 --out $OUT/step_costs_gpu.json
+    PYDFLASH_PER_ROW_GREEDY=1 python3 scripts/step_costs.py --ngl -1 --out $OUT/step_costs_gpu_per_row.json
+    python3 scripts/bench.py --ngl -1 --threads 8 --slots 1 --rounds 3 --tokens 512 --out $OUT/bench_gpu_c1.md "$@"
+    python3 scripts/bench.py --ngl -1 --threads 8 --slots 8 --rounds 2 --tokens 128 --out $OUT/bench_gpu_c8.md "$@" ;;
+eval)
+    export PYTHONPATH=$W/site:$PWD PYDFLASH_LIB_DIR=$W/llama.cpp/build/bin PYTHONUNBUFFERED=1
+    python3 scripts/eval_drafter.py --ngl -1 --threads 8 --n 40 --tokens 256 --out $OUT/drafter_eval_gpu.json ;;
 esac

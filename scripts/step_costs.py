@@ -1,0 +1,135 @@
+"""Native cost of the pieces of a DFlash step, measured in isolation (Gemma-3-270M target, random drafter).
+
+Answers "where does a step's time go" without the engine around it:
+  - a plain one-token step with and without target-feature extraction, and the first step after toggling it;
+  - a verify forward of `span` tokens per sequence for 1 and 8 sequences, every position an output with a
+    greedy backend sampler (what the engine does), against the same forward with only the last position an output;
+  - the drafter's noise-block forward for 1 and 8 sequences;
+  - re-decoding a span of the prompt with features (what a paused slot's repair costs).
+
+Every figure is the median over --reps of one decode including its synchronisation, in milliseconds.
+
+    .venv/bin/python scripts/step_costs.py [--ngl -1] [--reps 30] [--out docs/step_costs_gpu.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+import pydflash  # noqa: F401  (loads libllama before numpy)
+import numpy as np
+from pydflash.defaults import cache_dir, gemma_target
+from pydflash.factory.for_target import write_random_drafter_for
+from pydflash.native import Context, ContextParams, Model, ModelParams, TokenBatch
+from pydflash.native._lib import llama_set_embeddings_layer_inp
+from pydflash.pair import load_pair
+
+PROMPT = "The quick brown fox jumps over the lazy dog while the cat sleeps in the warm afternoon sun. " * 3
+
+
+def timed(fn, reps):
+    fn()  # warm-up: graph allocation for this shape
+    out = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t) * 1e3)
+    return round(statistics.median(out), 3)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ngl", type=int, default=-1)
+    ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--out", default="docs/step_costs_gpu.json")
+    args = ap.parse_args(argv)
+    target = gemma_target()
+    drafter = write_random_drafter_for(target, cache_dir() / "models" / "gemma3-random-drafter.gguf")
+    pair = load_pair(target, drafter, n_gpu_layers=args.ngl)
+    layers = tuple(pair.feature_layers)
+    block = pair.block_size
+    n_seq = 8
+    tctx = Context(pair.target, ContextParams(
+        n_ctx=n_seq * 1024, n_batch=512, n_ubatch=512, n_seq_max=n_seq, n_outputs_max=n_seq * block,
+        n_outputs_max_per_seq=block, n_threads=args.threads, feature_layers=layers))
+    dctx = Context(pair.drafter, ContextParams(
+        n_ctx=n_seq * 1024, n_batch=512, n_ubatch=512, n_seq_max=n_seq, n_outputs_max=n_seq * block,
+        n_outputs_max_per_seq=block, n_threads=args.threads), ctx_other=tctx, causal=False)
+    b = TokenBatch(512)
+    prompt = pair.target.tokenize(PROMPT)
+    n0 = len(prompt)
+    filler = (prompt * 8)[1:]
+    # prefill every sequence; the drafter gets the features
+    for s in range(n_seq):
+        b.clear()
+        b.add(prompt, 0, s, False)
+        tctx.decode(b)
+        dctx.inject(tctx.features(n0), np.arange(n0, dtype=np.int32), np.full(n0, s, dtype=np.int32))
+    res = {"env_per_row_greedy": bool(os.environ.get("PYDFLASH_PER_ROW_GREEDY")), "ngl": args.ngl}
+
+    def set_features(on):
+        for lid in layers:
+            llama_set_embeddings_layer_inp(tctx.ptr, lid, on)
+
+    def verify(n_seqs, span, all_outputs=True):
+        def run():
+            b.clear()
+            for s in range(n_seqs):
+                flags = True if all_outputs else [False] * (span - 1) + [True]
+                b.add(filler[:span], n0, s, flags)
+            tctx.decode(b)
+            tctx.picks(range(b.n) if all_outputs else [b.n - 1])
+            for s in range(n_seqs):
+                tctx.seq_rm(s, n0)
+        return run
+
+    def draft(n_seqs, k):
+        def run():
+            b.clear()
+            for s in range(n_seqs):
+                b.add([prompt[-1]] + [pair.mask_token] * k, n0, s, True)
+            dctx.decode(b)
+            dctx.picks(range(b.n))
+            for s in range(n_seqs):
+                dctx.seq_rm(s, n0)
+        return run
+
+    for feat in (True, False):
+        set_features(feat)
+        res[f"plain_c1_features_{'on' if feat else 'off'}"] = timed(verify(1, 1), args.reps)
+        res[f"plain_c8_features_{'on' if feat else 'off'}"] = timed(verify(8, 1), args.reps)
+    toggles = []
+    for i in range(10):
+        set_features(i % 2 == 0)
+        t = time.perf_counter()
+        verify(1, 1)()
+        toggles.append((time.perf_counter() - t) * 1e3)
+    res["plain_c1_first_step_after_toggle"] = round(statistics.median(toggles), 3)
+    set_features(True)
+    for c in (1, 8):
+        for span in (2, 5, 16):
+            res[f"verify_c{c}_span{span}_all_outputs"] = timed(verify(c, span), args.reps)
+            res[f"verify_c{c}_span{span}_last_output"] = timed(verify(c, span, all_outputs=False), args.reps)
+        for k in (4, 15):
+            res[f"draft_c{c}_k{k}"] = timed(draft(c, k), args.reps)
+    for n in (32, 64, 128):
+        res[f"redecode_{n}_with_features"] = timed(verify(1, n, all_outputs=False), max(5, args.reps // 3))
+    for key, val in res.items():
+        print(f"{key:40s} {val}", file=sys.stderr)
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=1) + "\n")
+    dctx.close()
+    tctx.close()
+    pair.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""Subprocess probe for tests/test_native_patches.py: runs llama.cpp with its debug logging on (printed by our log
+callback under PYDFLASH_VERBOSE) and prints markers between phases, so the test can read what each phase did.
+
+    python _probe_patches.py argmax MODEL    one verify-like batch of 8 outputs under a greedy backend chain
+    python _probe_patches.py toggle MODEL    features on, off, on again around one-token steps; saves nothing
+"""
+
+import sys
+
+import numpy as np
+
+from pydflash.native import Context, ContextParams, Model, TokenBatch
+
+
+def main(what: str, path: str) -> None:
+    model = Model(path)
+    tokens = [(i * 13 + 5) % (model.n_vocab - 16) + 8 for i in range(24)]
+    b = TokenBatch(32)
+    if what == "argmax":
+        ctx = Context(model, ContextParams(n_ctx=128, n_batch=32, n_ubatch=32, n_outputs_max=8, n_outputs_max_per_seq=8))
+        b.add(tokens[:16], 0, 0, False)
+        ctx.decode(b)
+        sys.stderr.write("@@ verify\n")
+        b.clear()
+        b.add(tokens[16:24], 16, 0, True)
+        ctx.decode(b)
+        sys.stderr.write("@@ done\n")
+        print(" ".join(map(str, ctx.picks(range(8)))))
+        return
+    ctx = Context(model, ContextParams(n_ctx=128, n_batch=32, n_ubatch=32, feature_layers=(1,)))
+    b.add(tokens[:16], 0, 0, False)
+    ctx.decode(b)
+    rows = []
+    for i, on in enumerate([True, False, True, False, True]):
+        sys.stderr.write(f"@@ step {i} features {'on' if on else 'off'}\n")
+        ctx.set_features(on)
+        b.clear()
+        b.add([tokens[16 + i]], 16 + i, 0, True)
+        ctx.decode(b)
+        if on:
+            rows.append(ctx.features(1)[0])
+    sys.stderr.write("@@ done\n")
+    np.save(sys.argv[3], np.stack(rows))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,89 @@
+"""patches/0003 (one argmax over a verify span) and patches/0004 (feature extraction toggled without a reserve).
+
+Both are about cost, so the tests read what llama.cpp did from its own debug log (GGML_SCHED_DEBUG=2 lists every
+graph node; a scheduler reserve logs "reserving"), in a subprocess, and check the results stay exact.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from pydflash.native import Context, ContextParams, Model, TokenBatch
+
+PROBE = os.path.join(os.path.dirname(__file__), "_probe_patches.py")
+
+
+def run_probe(*args, **env_extra):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYDFLASH_PER_ROW_GREEDY", "GGML_SCHED_DEBUG")}
+    env.update(PYDFLASH_VERBOSE="1", **env_extra)
+    out = subprocess.run([sys.executable, PROBE, *map(str, args)], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    phases, cur = {}, None
+    for line in out.stderr.splitlines():
+        if line.startswith("@@ "):
+            cur = line[3:]
+            phases[cur] = []
+        elif cur is not None:
+            phases[cur].append(line)
+    return out.stdout, phases
+
+
+def argmax_nodes(lines):
+    return [ln for ln in lines if ln.startswith("node #") and "ARGMAX" in ln]
+
+
+def test_verify_span_takes_one_argmax(tiny):
+    """Eight outputs of one sequence under a greedy chain: one ARGMAX node over all rows, not one per row."""
+    p = tiny("llama")
+    stdout, phases = run_probe("argmax", p.target, GGML_SCHED_DEBUG="2")
+    nodes = argmax_nodes(phases["verify"])
+    assert len(nodes) == 1 and "greedy_argmax_rows_0" in nodes[0], nodes
+    picks = list(map(int, stdout.split()))
+
+    # the same picks as the argmax of the full logits
+    model = Model(p.target)
+    ctx = Context(model, ContextParams(n_ctx=128, n_batch=32, n_ubatch=32, backend_greedy=False))
+    tokens = [(i * 13 + 5) % (model.n_vocab - 16) + 8 for i in range(24)]
+    b = TokenBatch(32)
+    b.add(tokens, 0, 0, [False] * 16 + [True] * 8)
+    ctx.decode(b)
+    assert picks == [int(np.argmax(ctx.logits(16 + i))) for i in range(8)]
+
+
+def test_upstream_path_is_one_argmax_per_row(tiny):
+    """The switch kept for measurements (PYDFLASH_PER_ROW_GREEDY) restores upstream's graph: the test above
+    would see 8 nodes without the patch."""
+    p = tiny("llama")
+    stdout, phases = run_probe("argmax", p.target, GGML_SCHED_DEBUG="2", PYDFLASH_PER_ROW_GREEDY="1")
+    assert len(argmax_nodes(phases["verify"])) == 8
+    batched, _ = run_probe("argmax", p.target)
+    assert stdout == batched
+
+
+def test_feature_toggle_needs_no_reserve_and_stays_exact(tiny, tmp_path):
+    """Turning extraction off and on again reserves nothing (upstream reserved the scheduler on every call), and
+    the rows read after turning it back on are those of an always-on context."""
+    p = tiny("gemma3")
+    _, phases = run_probe("toggle", p.target, tmp_path / "rows.npy")
+    for name, lines in phases.items():
+        if name.startswith("step"):
+            assert not [ln for ln in lines if "reserving" in ln], name
+    toggled = np.load(tmp_path / "rows.npy")
+
+    model = Model(p.target)
+    ctx = Context(model, ContextParams(n_ctx=128, n_batch=32, n_ubatch=32, feature_layers=(1,)))
+    tokens = [(i * 13 + 5) % (model.n_vocab - 16) + 8 for i in range(24)]
+    b = TokenBatch(32)
+    b.add(tokens[:16], 0, 0, False)
+    ctx.decode(b)
+    always = []
+    for i in range(5):
+        b.clear()
+        b.add([tokens[16 + i]], 16 + i, 0, True)
+        ctx.decode(b)
+        always.append(ctx.features(1)[0])
+    assert np.array_equal(toggled, np.stack(always)[[0, 2, 4]])
