@@ -83,6 +83,7 @@ def main(argv=None):
     ap.add_argument("--ngl", type=int, default=0, help="layers on the GPU (-1 = all)")
     ap.add_argument("--reduced-head", type=int, default=32768,
                     help="also run the drafting modes with a reduced drafter head of this many tokens (0 = off)")
+    ap.add_argument("--only", default="", help="mode names to run, separated by ';' (plain always runs)")
     ap.add_argument("--out", default="docs/bench_cpu.md")
     args = ap.parse_args(argv)
     target = gemma_target()
@@ -93,11 +94,14 @@ def main(argv=None):
     if args.reduced_head:
         small = reduced_drafter(target, drafter, args.reduced_head)
         modes += [(f"{name}, {args.reduced_head // 1024}k head", kw, small) for name, kw in MODES[1:]]
+    if args.only:
+        keep = {"plain", *(m.strip() for m in args.only.split(";"))}
+        modes = [m for m in modes if m[0] in keep]
     llms = {}
     for name, kw, dft in modes:
         cfg = EngineConfig(n_ctx_slot=1024, n_threads=args.threads, n_slots=args.slots, n_gpu_layers=args.ngl, **kw)
         llms[name] = api.load(target, None if kw.get("draft_max") == 0 else dft, cfg)
-        run_mode(llms, name, 8)  # warm-up: graph allocation, first-touch of the weights
+        run_mode(llms, name, 8, args.slots)  # warm-up at the measured shapes: graph allocation, first touch
     rows = {name: [] for name, _, _ in modes}
     for r in range(args.rounds):
         for name, _, _ in modes:

@@ -234,8 +234,8 @@ class Context:
     def set_features(self, on: bool) -> None:
         """Turn target-feature extraction for the following batches on or off (for every feature layer).
 
-        Off saves the extra graph outputs and their copies when no sequence needs features; patches/0004 makes the
-        switch cost one graph rebuild instead of a scheduler reserve.
+        Off saves the per-layer copies (device to host, then into the rows) while no sequence needs features.
+        patches/0004 makes the switch free: the graph keeps the outputs, only the copies stop and resume.
         """
         if on == self.features_on or not self.params.feature_layers:
             return

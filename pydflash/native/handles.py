@@ -90,6 +90,7 @@ class Model:
         self.n_layer = C.llama_model_n_layer(ptr)
         self.n_ctx_train = C.llama_model_n_ctx_train(ptr)
         self.arch = self.meta("general.architecture") or ""
+        self._pieces: dict[tuple[int, bool], bytes] = {}
 
     # --- lifetime -------------------------------------------------------------------------------------
     @property
@@ -149,6 +150,14 @@ class Model:
         return list(out[:n])
 
     def token_to_piece(self, token: int, special: bool = False) -> bytes:
+        """The token's bytes; cached, since every emitted token asks (a native call and a buffer each)."""
+        key = (token, special)
+        piece = self._pieces.get(key)
+        if piece is None:
+            piece = self._pieces[key] = self._token_to_piece(token, special)
+        return piece
+
+    def _token_to_piece(self, token: int, special: bool) -> bytes:
         buf = ctypes.create_string_buffer(64)
         n = C.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
         if n < 0:

@@ -1,18 +1,35 @@
 #!/usr/bin/env bash
-# Runs ON the device machine, from the repo root. Steps (one per call, the machine kept warm in between):
-#   remote.sh start   unpack g1, start the CUDA build detached (survives the call), stash model part
+# Runs ON the device machine, from the repo root. Steps (one per call, the machine kept warm in between: it is
+# given back after 30 s idle, and the build and the model live only on it):
+#   remote.sh start   unpack g1, start the CUDA build detached (survives the call)
 #   remote.sh part N  stash model part from gN
-#   remote.sh bench   wait for the build, assemble the model, run scripts/step_costs.py (batched and per-row
-#                     greedy, patches/0003) and scripts/bench.py on the GPU, results to $OUT
-#   remote.sh eval    the held-out drafter evaluation (scripts/eval_drafter.py), results to $OUT
+#   remote.sh costs   wait for the build, assemble the model, scripts/step_costs.py with the batched argmax of
+#                     patches/0003 and with upstream's per-row argmax (PYDFLASH_PER_ROW_GREEDY)
+#   remote.sh bench   scripts/bench.py, all modes: 1 request x 512 tokens, 8 requests x 256 tokens
+#   remote.sh long    adaptive modes only, long requests: 1 x 900 tokens (6 rounds), 8 x 600 tokens (4 rounds)
+#   remote.sh eval    the held-out drafter evaluation (scripts/eval_drafter.py)
+# Results go to $OUT; each of costs/bench/long/eval fits one 10-minute call.
 set -euo pipefail
 W=/root/pydflash-dev
 mkdir -p $W
+
+use_build() {
+    for _ in $(seq 1 110); do [ -f $W/build.rc ] && break; sleep 5; done
+    [ "$(cat $W/build.rc)" = 0 ] || { tail -20 $W/build.log; exit 1; }
+    if [ ! -f $W/gemma.gguf ]; then
+        cat $W/part* > $W/gemma.gguf && sha256sum $W/gemma.gguf | cut -c1-64 | diff - $W/model.sha256
+    fi
+    mkdir -p .cache/models pydflash/models
+    ln -sf $W/gemma.gguf .cache/models/gemma-3-270m-q4_k_m.gguf
+    cp $W/gemma-3-270m-dflash-q8_0.gguf pydflash/models/  # the shipped drafter travels in g1 (64 MiB per call)
+    export PYTHONPATH=$W/site:$PWD PYDFLASH_LIB_DIR=$W/llama.cpp/build/bin PYTHONUNBUFFERED=1
+}
+
+BENCH="python3 scripts/bench.py --ngl -1 --threads 8"
+ADAPTIVE="adaptive, random drafter;adaptive, random drafter, 32k head;trained drafter, adaptive"
 case "$1" in
 start)
     cp .device-bench/g1/* $W/
-    # the trained drafter travels in g1 (the working tree is capped at 64 MiB per call)
-    [ -f $W/gemma-3-270m-dflash-q8_0.gguf ] && mkdir -p pydflash/models && cp $W/gemma-3-270m-dflash-q8_0.gguf pydflash/models/
     cd $W && mkdir -p site && tar xzf site.tgz -C site && tar xzf src.tgz
     # our patches are already applied in the carried vendor tree
     setsid nohup bash -c "cd $W/llama.cpp && cmake -S . -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
@@ -22,19 +39,19 @@ start)
     echo started build; nvidia-smi --query-gpu=name,memory.total --format=csv ;;
 part)
     cp .device-bench/g$2/part* $W/ && ls -la $W | tail -3 ;;
-bench)
-    for _ in $(seq 1 100); do [ -f $W/build.rc ] && break; sleep 5; done
-    cat $W/build.rc; tail -3 $W/build.log
-    cat $W/part* > $W/gemma.gguf && sha256sum $W/gemma.gguf | cut -c1-64 | diff - $W/model.sha256
-    mkdir -p .cache/models pydflash/models && ln -sf $W/gemma.gguf .cache/models/gemma-3-270m-q4_k_m.gguf
-    [ -f $W/gemma-3-270m-dflash-q8_0.gguf ] && cp $W/gemma-3-270m-dflash-q8_0.gguf pydflash/models/
-    export PYTHONPATH=$W/site:$PWD PYDFLASH_LIB_DIR=$W/llama.cpp/build/bin PYTHONUNBUFFERED=1
-    shift
+costs)
+    use_build
     python3 scripts/step_costs.py --ngl -1 --out $OUT/step_costs_gpu.json
-    PYDFLASH_PER_ROW_GREEDY=1 python3 scripts/step_costs.py --ngl -1 --out $OUT/step_costs_gpu_per_row.json
-    python3 scripts/bench.py --ngl -1 --threads 8 --slots 1 --rounds 3 --tokens 512 --out $OUT/bench_gpu_c1.md "$@"
-    python3 scripts/bench.py --ngl -1 --threads 8 --slots 8 --rounds 2 --tokens 128 --out $OUT/bench_gpu_c8.md "$@" ;;
+    PYDFLASH_PER_ROW_GREEDY=1 python3 scripts/step_costs.py --ngl -1 --out $OUT/step_costs_gpu_per_row.json ;;
+bench)
+    use_build
+    $BENCH --slots 1 --rounds 3 --tokens 512 --out $OUT/bench_gpu_c1.md
+    $BENCH --slots 8 --rounds 3 --tokens 256 --out $OUT/bench_gpu_c8.md ;;
+long)
+    use_build
+    $BENCH --slots 1 --rounds 6 --tokens 900 --only "$ADAPTIVE" --out $OUT/bench_gpu_c1_long.md
+    $BENCH --slots 8 --rounds 4 --tokens 600 --only "$ADAPTIVE" --out $OUT/bench_gpu_c8_long.md ;;
 eval)
-    export PYTHONPATH=$W/site:$PWD PYDFLASH_LIB_DIR=$W/llama.cpp/build/bin PYTHONUNBUFFERED=1
+    use_build
     python3 scripts/eval_drafter.py --ngl -1 --threads 8 --n 40 --tokens 256 --out $OUT/drafter_eval_gpu.json ;;
 esac
