@@ -47,10 +47,16 @@ bench)
     use_build
     $BENCH --slots 1 --rounds 3 --tokens 512 --out $OUT/bench_gpu_c1.md
     $BENCH --slots 8 --rounds 3 --tokens 256 --out $OUT/bench_gpu_c8.md ;;
-long)
+long)  # remote.sh long [1] [8]: which concurrencies (default both)
     use_build
-    $BENCH --slots 1 --rounds 6 --tokens 900 --only "$ADAPTIVE" --out $OUT/bench_gpu_c1_long.md
-    $BENCH --slots 8 --rounds 4 --tokens 600 --only "$ADAPTIVE" --out $OUT/bench_gpu_c8_long.md ;;
+    sel="${*:2}"
+    for c in ${sel:-1 8}; do
+        if [ "$c" = 1 ]; then
+            $BENCH --slots 1 --rounds 6 --tokens 900 --only "$ADAPTIVE" --out $OUT/bench_gpu_c1_long.md
+        else
+            $BENCH --slots 8 --rounds 4 --tokens 600 --only "$ADAPTIVE" --out $OUT/bench_gpu_c8_long.md
+        fi
+    done ;;
 eval)
     use_build
     python3 scripts/eval_drafter.py --ngl -1 --threads 8 --n 40 --tokens 256 --out $OUT/drafter_eval_gpu.json ;;
