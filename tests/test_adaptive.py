@@ -75,23 +75,6 @@ def test_flat_costs_and_good_drafts_use_the_whole_block():
     assert adaptive.choose_drafts(pol, 15, prior, costs) == 15
 
 
-def test_a_slot_pays_for_the_whole_step():
-    """Costs are by the drafts of the whole step, and a slot judges K as if every active slot drafted K: each draft
-    in a step adds 2% of a plain step, so a weak drafter (p = 0.15) pays alone but not among eight slots."""
-    costs = adaptive.StepCosts()
-    for d in (0, 15, 120):
-        costs.observe(d, 100.0)  # warm-up, not counted
-        costs.observe(d, 1.0 + 0.02 * d)
-    prior = adaptive.AcceptCounts()
-    alone, crowded = adaptive.SlotPolicy(), adaptive.SlotPolicy()
-    feed(alone, prior, 0.15)
-    feed(crowded, prior, 0.15)
-    assert adaptive.choose_drafts(alone, 15, prior, costs, n_active=1) > 0
-    assert adaptive.choose_drafts(crowded, 15, prior, costs, n_active=8) == 0
-    # and nine slots, more than any step measured so far, calibrate at the full block first
-    assert adaptive.choose_drafts(adaptive.SlotPolicy(), 15, prior, costs, n_active=9) == 15
-
-
 def test_steep_costs_shrink_the_block():
     """CPU-like: each verified token adds 40% of a plain step; the drafter adds 60%. At p=0.85 the best rate is
     at a small K, and it beats plain decoding."""
@@ -152,8 +135,7 @@ def test_paused_slots_skip_features_and_restart_the_drafter(tiny, monkeypatch):
     cfg = EngineConfig(n_ctx_slot=1024, n_slots=2, adaptive=True, synth_len=1.0, check_invariants=True)
     with api.load(p.target, p.drafter, config=cfg) as llm:
         eng = llm.engine
-        # any drafting step costs 2-3 plain steps (up to two slots at the full block: 30 drafts)
-        eng.costs.seconds, eng.costs.seen = {0: 1.0, 1: 2.0, 30: 3.0}, {0, 1, 30}
+        eng.costs.seconds, eng.costs.seen = {0: 1.0, 15: 3.0}, {0, 15}
         monkeypatch.setattr(adaptive.StepCosts, "observe", lambda self, k, s: None)
         first = llm.generate_many([api.Request(toks[0], max_tokens=400, ignore_eos=True),
                                    api.Request(toks[1], max_tokens=400, ignore_eos=True)])

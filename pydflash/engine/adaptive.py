@@ -1,17 +1,13 @@
 """How many drafts a slot gets this step: the K that maximises expected tokens per second.
 
-    K* = argmax_K (1 + E[accepted | K]) / t(n x K),  K in {0} + CANDIDATES (up to the slot's draft_max)
+    K* = argmax_K (1 + E[accepted | K]) / t(K),  K in {0} + CANDIDATES (up to the slot's draft_max)
 
 - E[accepted | K] = sum_j prod_{i<=j} p_i, from per-position conditional acceptance rates p_i. Each slot keeps
   decayed counts, blended with the engine's counts as a prior (the same drafter/target pair behaves alike across
   requests, so a useless drafter is recognised once, not once per request).
-- t(D) is the measured step time by D, the drafts in the whole step (D=0 is a plain step): an EMA per D seen.
-  Untried D are interpolated linearly between seen neighbours (extrapolated with the last slope), so the search
-  can move without trying everything. A slot judges K as if all n active slots drafted K, at t(n x K): a step
-  costs what all its drafts cost, so a slot that drafts alone where the others would not must pay for the step
-  (keyed by drafts per slot instead, steps where only some slots drafted made drafting look cheap: the shipped
-  drafter at 8 requests on an H200 lost 11% that way). With one slot D is K. On a GPU t is nearly flat at one
-  request and K* is the trained block; on a CPU verify cost grows with D and K* shrinks.
+- t(K) is the measured step time: an EMA per K tried (K=0 is a plain step). Untried K are interpolated linearly
+  between tried neighbours (extrapolated with the last slope), so the search can move without trying everything.
+  On a GPU t(K) is nearly flat and K* is the trained block; on a CPU verify cost grows with K and K* shrinks.
 - When K* = 0 the slot decodes plainly and probes, at the best drafting K, after a pause that doubles while probes
   fail (up to MAX_BACKOFF steps), so a useless drafter costs about one probe step in MAX_BACKOFF. New slots start
   from the engine's latest pause length, so a useless drafter is recognised once, not once per request.
@@ -73,10 +69,10 @@ def expected_accepted(slot_counts: AcceptCounts, prior: AcceptCounts, k: int) ->
 
 @dataclass
 class StepCosts:
-    """EMA of step seconds by the drafts in the step, all slots together (0: a plain step).
+    """EMA of step seconds per drafts-per-slot K (K=0: plain step).
 
-    The first step at each count is not counted: it includes llama.cpp's graph allocation for that shape (measured
-    on an H200: a warm-up step 100x a normal one, which pinned K=15 as "too slow" for good)."""
+    The first step at each K is not counted: it includes llama.cpp's graph allocation for that shape (measured on
+    an H200: a warm-up step 100x a normal one, which pinned K=15 as "too slow" for good)."""
 
     seconds: dict = field(default_factory=dict)
     seen: set = field(default_factory=set)
@@ -129,20 +125,19 @@ def wants_features(policy: SlotPolicy) -> bool:
     return policy.pause <= FEATURE_LEAD
 
 
-def choose_drafts(policy: SlotPolicy, draft_max: int, prior: AcceptCounts, costs: StepCosts, n_active: int = 1) -> int:
+def choose_drafts(policy: SlotPolicy, draft_max: int, prior: AcceptCounts, costs: StepCosts) -> int:
     if draft_max == 0:
         return 0
     cands = [k for k in CANDIDATES if k <= draft_max] or [draft_max]
-    # calibrate first: every slot at the full block, and a plain step, each measured past its warm-up step (fewer
-    # slots later interpolate between the two; more slots than measured calibrate again)
-    if max(costs.seconds, default=-1) < n_active * cands[-1]:
+    # calibrate first: the full block and a plain step, each measured past its warm-up step
+    if cands[-1] not in costs.seconds:
         return cands[-1]
     if 0 not in costs.seconds:
         return 0
     if policy.pause > 1:  # paused: no estimate needed until the probe step
         policy.pause -= 1
         return 0
-    best_k = _best(policy, cands, prior, costs, n_active)
+    best_k = _best(policy, cands, prior, costs)
     if policy.pause == 1:
         policy.pause = 0
         # probe with the drafting K that would pay best if the drafter were as good as it last looked
@@ -156,12 +151,12 @@ def choose_drafts(policy: SlotPolicy, draft_max: int, prior: AcceptCounts, costs
     return best_k[0]
 
 
-def _best(policy: SlotPolicy, cands: list[int], prior: AcceptCounts, costs: StepCosts, n_active: int) -> tuple[int, int]:
+def _best(policy: SlotPolicy, cands: list[int], prior: AcceptCounts, costs: StepCosts) -> tuple[int, int]:
     """(best K including plain decoding, best drafting K) by expected tokens per second."""
     rate0 = 1.0 / costs.seconds[0]
     best, best_rate, best_draft, best_draft_rate = 0, rate0, cands[0], -1.0
     for k in cands:
-        rate = (1.0 + expected_accepted(policy.counts, prior, k)) / costs.estimate(n_active * k)
+        rate = (1.0 + expected_accepted(policy.counts, prior, k)) / costs.estimate(k)
         if rate > best_draft_rate:
             best_draft, best_draft_rate = k, rate
         if rate > best_rate:

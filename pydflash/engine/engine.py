@@ -131,21 +131,21 @@ class Engine:
         if not active:
             return []
         clock = self._clock()
-        plan = [(s, self._n_drafts(s, len(active))) for s in active]                 # schedule
+        plan = [(s, self._n_drafts(s)) for s in active]                              # schedule
         self._extract_features_if_needed(plan)
         drafts = self.drafter.propose(plan) if self.drafter else {}                  # propose
         verdicts = self.verifier.verify([(s, drafts.get(s.seq, [])) for s in active])  # verify
         t_commit = time.perf_counter()
         events = [self._commit(s, drafts.get(s.seq, []), *verdicts[s.seq]) for s in active]  # accept + commit
-        self._account(active, sum(k for _, k in plan), clock, time.perf_counter() - t_commit)
+        self._account(active, max(k for _, k in plan), clock, time.perf_counter() - t_commit)
         return events
 
-    def _n_drafts(self, slot: Slot, n_active: int) -> int:
+    def _n_drafts(self, slot: Slot) -> int:
         if self.drafter is None:
             return 0
         if not self.config.adaptive:
             return slot.draft_max
-        return adaptive.choose_drafts(slot.policy, slot.draft_max, self.accept_prior, self.costs, n_active)
+        return adaptive.choose_drafts(slot.policy, slot.draft_max, self.accept_prior, self.costs)
 
     def _extract_features_if_needed(self, plan: list[tuple[Slot, int]]) -> None:
         """Target features are needed this step if any slot drafts or is close to probing; a slot left without
@@ -244,7 +244,7 @@ class Engine:
         dn = self.drafter.ctx.t_native if self.drafter else 0.0
         return time.perf_counter(), dn, self.target_ctx.t_native
 
-    def _account(self, active: list[Slot], n_drafts: int, clock, t_commit: float) -> None:
+    def _account(self, active: list[Slot], max_drafts: int, clock, t_commit: float) -> None:
         """Split the step: draft = drafter native time, verify = target forward, commit = accept/rollback/emit,
         host = the rest (batch building, feature copies, Python bookkeeping)."""
         t0, dn0, tn0 = clock
@@ -252,7 +252,7 @@ class Engine:
         total = now - t0
         t_draft, t_verify = dn1 - dn0, tn1 - tn0
         split = (t_draft, t_verify, t_commit, max(0.0, total - t_draft - t_verify - t_commit))
-        self.costs.observe(n_drafts, total)
+        self.costs.observe(max_drafts, total)
         for st in [s.stats for s in active] + [self.stats]:
             st.t_draft += split[0]
             st.t_verify += split[1]
