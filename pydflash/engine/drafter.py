@@ -25,15 +25,12 @@ class Drafter:
 
     def inject(self, slots: list[Slot]) -> None:
         """Write every pending feature row of these slots into the drafter KV, in n_ubatch chunks."""
-        parts = []
-        for slot in slots:
-            pending = slot.take_pending()
-            if pending is not None:
-                parts.append((slot, pending))
+        parts = [(slot, p) for slot in slots for p in slot.take_pending()]
         if not parts:
             return
+        # one concatenation for all slots' rows (a single part is used as it is)
         rows = np.concatenate([p.rows for _, p in parts]) if len(parts) > 1 else parts[0][1].rows
-        pos = np.concatenate([p.positions for _, p in parts]) if len(parts) > 1 else parts[0][1].positions
+        pos = np.concatenate([p.positions for _, p in parts])
         seqs = np.concatenate([np.full(len(p.positions), s.seq, dtype=np.int32) for s, p in parts])
         step = self.ctx.params.n_ubatch
         for i in range(0, len(rows), step):

@@ -70,12 +70,13 @@ class Slot:
             )
         self.pending.append(FeatureRows(rows, positions))
 
-    def take_pending(self) -> FeatureRows | None:
-        if not self.pending:
-            return None
-        rows = np.concatenate([p.rows for p in self.pending]) if len(self.pending) > 1 else self.pending[0].rows
-        pos = np.concatenate([p.positions for p in self.pending]) if len(self.pending) > 1 else self.pending[0].positions
-        if not np.array_equal(pos, np.arange(self.drafter_len, self.drafter_len + len(pos))):
-            raise InvariantError(f"slot {self.seq}: pending feature positions are not contiguous from {self.drafter_len}")
-        self.pending = []
-        return FeatureRows(rows, pos)
+    def take_pending(self) -> list[FeatureRows]:
+        """Hand over the pending rows, checked contiguous from drafter_len (the caller joins them with other slots'
+        rows, so they are not concatenated here)."""
+        parts, self.pending = self.pending, []
+        expected = self.drafter_len
+        for p in parts:
+            if not np.array_equal(p.positions, np.arange(expected, expected + len(p.positions))):
+                raise InvariantError(f"slot {self.seq}: pending feature positions are not contiguous from {self.drafter_len}")
+            expected += len(p.positions)
+        return parts
