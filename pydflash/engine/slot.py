@@ -77,6 +77,8 @@ class Slot:
         expected = self.drafter_len
         for p in parts:
             if not np.array_equal(p.positions, np.arange(expected, expected + len(p.positions))):
-                raise InvariantError(f"slot {self.seq}: pending feature positions are not contiguous from {self.drafter_len}")
+                raise InvariantError(
+                    f"slot {self.seq}: pending feature positions are not contiguous from {self.drafter_len}"
+                )
             expected += len(p.positions)
         return parts
