@@ -24,35 +24,39 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description=__doc__.splitlines()[0])
-    p.add_argument("-m", "--model", help="target GGUF (default: the embedded default pair)")
-    p.add_argument("-md", "--model-draft", help="DFlash drafter GGUF")
+    p.add_argument("-m", "--model", metavar="TARGET", help="target GGUF (default: the embedded default pair)")
+    p.add_argument("-md", "--model-draft", metavar="DRAFTER", help="DFlash drafter GGUF (needs -m)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("-p", "--prompt", help="prompt text")
-    src.add_argument("-f", "--file", help="read the prompt from a file")
-    p.add_argument("-n", "--n-predict", type=int, default=128, help="tokens to generate")
-    p.add_argument("--temp", type=float, default=0.0, help="temperature (0 = greedy)")
-    p.add_argument("--top-k", type=int, default=0, help="top-k sampling (0 = off)")
-    p.add_argument("--top-p", type=float, default=1.0, help="top-p sampling (1 = off)")
-    p.add_argument("-s", "--seed", type=int, default=None, help="sampling seed")
-    p.add_argument("--draft-max", type=int, default=None,
+    src.add_argument("-f", "--file", help="read the prompt from a UTF-8 file")
+    p.add_argument("-n", "--n-predict", metavar="N", type=int, default=128, help="tokens to generate (default 128)")
+    p.add_argument("--temp", metavar="T", type=float, default=0.0, help="temperature (0 = greedy)")
+    p.add_argument("--top-k", metavar="K", type=int, default=0, help="top-k sampling (0 = off)")
+    p.add_argument("--top-p", metavar="P", type=float, default=1.0, help="top-p sampling (1 = off)")
+    p.add_argument("-s", "--seed", type=int, default=None, help="sampling seed (default: a fresh one every run)")
+    p.add_argument("--draft-max", metavar="K", type=int, default=None,
                    help="most drafts per step (default: trained block - 1); a fixed block with --no-draft-adaptive")
     # None = not given: adaptive, except under --spec-synth-len, whose forced acceptance assumes a fixed block.
     p.add_argument("--draft-adaptive", action=argparse.BooleanOptionalAction, default=None,
                    help="pick the drafts per step (down to none) by measured acceptance and step cost (default: on)")
     p.add_argument("--allow-scale-mismatch", action="store_true",
                    help="load a drafter whose embedding scale or logit softcap disagrees with the target's")
-    p.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size of the slot")
-    p.add_argument("-t", "--threads", type=int, default=0, help="threads (0 = llama.cpp default)")
-    p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, help="layers on the GPU (-1 = all)")
+    p.add_argument("-c", "--ctx-size", metavar="N", type=int, default=4096, help="context size of the slot")
+    p.add_argument("-t", "--threads", metavar="N", type=int, default=0, help="threads (0 = llama.cpp default)")
+    p.add_argument("-ngl", "--n-gpu-layers", metavar="N", type=int, default=0, help="layers on the GPU (-1 = all)")
     p.add_argument("--no-spec", action="store_true", help="plain decoding through the same engine")
-    p.add_argument("--spec-synth-len", type=float, default=None,
+    p.add_argument("--spec-synth-len", metavar="L", type=float, default=None,
                    help="benchmarking only: force this mean acceptance length (a fixed block unless "
                         "--draft-adaptive); the text is not valid output")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 class BadInput(Exception):
