@@ -25,7 +25,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description=__doc__.splitlines()[0])
+    p = _Parser(prog=PROG, description=__doc__.splitlines()[0].split(": ", 1)[1],
+                epilog="exit status: 0 done (also when stdout's reader goes away), 2 bad input (one line on stderr), "
+                       "130 interrupted")
     p.add_argument("-m", "--model", metavar="TARGET", help="target GGUF (default: the embedded default pair)")
     p.add_argument("-md", "--model-draft", metavar="DRAFTER", help="DFlash drafter GGUF (needs -m)")
     src = p.add_mutually_exclusive_group()
