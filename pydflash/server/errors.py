@@ -162,8 +162,23 @@ def validation_error(errs: Iterable[dict], body: Any = None) -> InvalidRequestEr
         return InvalidRequestError("request body must be a JSON object (Content-Type: application/json)")
     param = _field_path(loc, body) or None
     msg = str(err.get("msg", "invalid value"))
-    more = f" (and {len(errs) - 1} more errors)" if len(errs) > 1 and kind != "invalid_unicode" else ""
-    return InvalidRequestError(f"{param}: {msg}{more}" if param else f"{msg}{more}", param=param)
+    ctx = err.get("ctx") or {}
+    if kind in ("union_tag_invalid", "union_tag_not_found"):  # a message without a valid "role"
+        field = str(ctx.get("discriminator", "")).strip("'\"") or "role"
+        param = f"{param}.{field}" if param else field
+        msg = f"must be one of {ctx.get('expected_tags', '')}" if kind == "union_tag_invalid" else "is required"
+        if kind == "union_tag_invalid":
+            msg += f" (got {ctx.get('tag')!r})"
+    others = {_root(e) for e in errs} - {_root(err)}  # other fields that are wrong too (not union members)
+    more = f" (and {len(others)} more invalid field{'s' * (len(others) > 1)})" if others else ""
+    if param and not msg.startswith(param.split(".")[0].split("[")[0]):
+        msg = f"{param}: {msg}"
+    return InvalidRequestError(msg + more, param=param)
+
+
+def _root(err: dict):
+    loc = [seg for seg in err.get("loc", ()) if seg != "body"]
+    return loc[0] if loc else None
 
 
 def _field_path(loc: list, body: Any) -> str:
