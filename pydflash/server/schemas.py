@@ -124,6 +124,8 @@ class _Generation(_Body):
     user: Optional[Text] = None  # ignored
     speculative: Optional[SpeculativeOptions] = None  # after validation: never None
     cache_prompt: Optional[bool] = True  # reuse a cached prefix of this prompt (prompt cache)
+    ignore_eos: Optional[bool] = False  # extension (llama-server): keep generating past end-of-generation tokens
+    return_tokens: Optional[bool] = False  # extension (llama-server): the generated token ids in each choice
 
     @field_validator("stop", mode="before")
     @classmethod
@@ -146,6 +148,8 @@ class _Generation(_Body):
             self.stream = False
         if self.cache_prompt is None:
             self.cache_prompt = True
+        self.ignore_eos = bool(self.ignore_eos)
+        self.return_tokens = bool(self.return_tokens)
         if self.speculative is None:
             self.speculative = SpeculativeOptions()
         stops = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
@@ -441,6 +445,7 @@ class CompletionChoice(BaseModel):
     text: str
     finish_reason: FinishReason = None
     logprobs: Optional[CompletionLogprobs] = None
+    tokens: Optional[list[int]] = None  # the generated token ids, with return_tokens
 
 
 class CompletionResponse(BaseModel):
@@ -495,6 +500,7 @@ class ChatChoice(BaseModel):
     message: ChatMessageOut
     finish_reason: FinishReason = None
     logprobs: Optional[ChatLogprobs] = None
+    tokens: Optional[list[int]] = None  # the generated token ids, with return_tokens
 
 
 class ChatCompletionResponse(BaseModel):
