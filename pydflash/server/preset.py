@@ -18,9 +18,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-import tomllib
 from dataclasses import dataclass
 from typing import Optional
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 from ..config import EngineConfig
 from ..errors import InvalidRequest
