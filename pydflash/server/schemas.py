@@ -22,6 +22,7 @@ from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationInfo,
@@ -51,7 +52,21 @@ def _valid_unicode(s: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(_valid_unicode)]  # every string a client sends
-TokenId = Annotated[int, Field(ge=0)]  # the upper bound (n_vocab) is the engine's check
+
+
+def _integral(v: Any) -> Any:
+    # JSON Schema's "integer" includes 5.0 (schemathesis sends it); Python's json makes it a float.
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+# Every integer a client sends: 5 and 5.0, not "5" or true. Bounds sit inside (before the float conversion wraps
+# them) so that they reach the JSON schema as minimum/maximum.
+Int = Annotated[int, BeforeValidator(_integral)]
+PositiveInt = Annotated[int, Field(ge=1), BeforeValidator(_integral)]
+NonNegativeInt = Annotated[int, Field(ge=0), BeforeValidator(_integral)]
+TopK = Annotated[int, Field(ge=0, le=2**31 - 1), BeforeValidator(_integral)]  # it becomes a C int
+TopN = Annotated[int, Field(ge=0, le=MAX_LOGPROBS), BeforeValidator(_integral)]
+TokenId = NonNegativeInt  # the upper bound (n_vocab) is the engine's check
 
 
 def _is_token(x: Any) -> bool:
@@ -73,7 +88,7 @@ def _zero_penalty(v: float, info: ValidationInfo) -> float:
 
 
 # The schema says what is accepted (exactly 1, exactly 0); the validators say why anything else is refused.
-OnlyOne = Annotated[int, AfterValidator(_only_one), WithJsonSchema({"type": "integer", "minimum": 1, "maximum": 1})]
+OnlyOne = Annotated[Int, AfterValidator(_only_one), WithJsonSchema({"type": "integer", "minimum": 1, "maximum": 1})]
 ZeroPenalty = Annotated[
     float, AfterValidator(_zero_penalty), WithJsonSchema({"type": "number", "minimum": 0, "maximum": 0})
 ]
@@ -104,7 +119,7 @@ class SpeculativeOptions(_Body):
     """pydflash extension: per-request control of DFlash drafting."""
 
     enabled: bool = True
-    n_max: Optional[int] = Field(None, ge=0)  # most drafted tokens per step; clamped to the drafter's block
+    n_max: Optional[NonNegativeInt] = None  # most drafted tokens per step; clamped to the drafter's block
 
 
 class _Generation(_Body):
@@ -113,9 +128,9 @@ class _Generation(_Body):
     model: Optional[Text] = None  # a preset name; None or "any": the most recently used resident model
     temperature: Optional[float] = Field(TEMPERATURE_DEFAULT, ge=0, allow_inf_nan=False)
     top_p: Optional[float] = Field(1.0, gt=0, le=1, allow_inf_nan=False)
-    top_k: Optional[int] = Field(0, ge=0, le=2**31 - 1)  # extension (llama-server, vLLM); 0 = off
+    top_k: Optional[TopK] = 0  # extension (llama-server, vLLM); 0 = off
     stop: Union[Text, Annotated[list[Text], Field(max_length=MAX_STOP)], None] = None  # after validation: list[str]
-    seed: Optional[int] = None  # accepted (clients send it by default); seeds the sampler when temperature > 0
+    seed: Optional[Int] = None  # accepted (clients send it by default); seeds the sampler when temperature > 0
     stream: Optional[bool] = False
     stream_options: Optional[StreamOptions] = None
     n: Optional[OnlyOne] = None
@@ -170,14 +185,16 @@ def _bad_prompt(message: str = _PROMPT_SHAPE, **ctx) -> PydanticCustomError:
     return PydanticCustomError("invalid_prompt", message, ctx or None)
 
 
-def _check_tokens(ids: list, where: str) -> None:
+def _check_tokens(ids: list, where: str) -> list[int]:
     if not ids:
         raise _bad_prompt("prompt must not be empty ({where} has no tokens)", where=where)
+    ids = [_integral(t) for t in ids]
     for i, t in enumerate(ids):
         if not _is_token(t):
             raise _bad_prompt()
         if t < 0:
             raise _bad_prompt("token ids must be >= 0 (got {t} at {where}[{i}])", t=t, where=where, i=i)
+    return ids
 
 
 class CompletionRequest(_Generation):
@@ -189,8 +206,8 @@ class CompletionRequest(_Generation):
         Annotated[list[TokenId], Field(min_length=1)],
         Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1)],
     ]
-    max_tokens: Optional[int] = Field(COMPLETION_MAX_TOKENS_DEFAULT, ge=1)  # after validation: never None
-    logprobs: Optional[int] = Field(None, ge=0, le=MAX_LOGPROBS)  # N: the chosen token's logprob + top-N
+    max_tokens: Optional[PositiveInt] = COMPLETION_MAX_TOKENS_DEFAULT  # after validation: never None
+    logprobs: Optional[TopN] = None  # N: the chosen token's logprob + top-N
     echo: Optional[bool] = False  # prepend the prompt (and its logprobs) to the text: lm-eval loglikelihood
 
     @field_validator("prompt", mode="before")
@@ -209,10 +226,9 @@ class CompletionRequest(_Generation):
                     raise _bad_prompt("prompt must not be empty (prompt[{i}] is an empty string)", i=i)
                 _valid_unicode(s)
         elif all(isinstance(x, list) for x in v):
-            for i, ids in enumerate(v):
-                _check_tokens(ids, f"prompt[{i}]")
+            v = [_check_tokens(ids, f"prompt[{i}]") for i, ids in enumerate(v)]
         else:
-            _check_tokens(v, "prompt")
+            v = _check_tokens(v, "prompt")
         return v
 
     @model_validator(mode="after")
@@ -319,10 +335,12 @@ class ChatCompletionRequest(_Generation):
     messages: list[ChatMessage] = Field(min_length=1)
     # Either name works; max_completion_tokens wins. After validation max_tokens holds the limit, or None:
     # generate until a stop, EOS or the end of the slot's context (the server computes that bound).
-    max_tokens: Optional[int] = Field(None, ge=1)
-    max_completion_tokens: Optional[int] = Field(None, ge=1)
+    max_tokens: Optional[PositiveInt] = None
+    max_completion_tokens: Optional[PositiveInt] = None
     logprobs: Optional[bool] = False  # the chosen token's logprob
-    top_logprobs: Optional[int] = Field(None, ge=0, le=MAX_LOGPROBS)  # + N alternatives; needs logprobs
+    # + N alternatives. Only with logprobs: true; otherwise ignored (OpenAI refuses that pair; we answer as if
+    # top_logprobs were absent, so every request the published schema allows is served).
+    top_logprobs: Optional[TopN] = None
     response_format: Optional[ResponseFormat] = None
 
     @model_validator(mode="after")
@@ -331,8 +349,8 @@ class ChatCompletionRequest(_Generation):
             self.max_tokens = self.max_completion_tokens
         if self.logprobs is None:
             self.logprobs = False
-        if self.top_logprobs and not self.logprobs:
-            raise PydanticCustomError("invalid_request", "top_logprobs requires logprobs: true")
+        if not self.logprobs:
+            self.top_logprobs = None
         return self
 
     def template_messages(self) -> list[dict]:
