@@ -4,7 +4,7 @@
 import logging
 
 import pytest
-from fastapi import FastAPI
+from fastapi import FastAPI, HTTPException
 from fastapi.testclient import TestClient
 
 from pydflash import errors as core
@@ -23,6 +23,10 @@ def make_app():
     @app.post("/v1/chat/completions")
     def chat(req: ChatCompletionRequest):
         return {"ok": len(req.messages)}
+
+    @app.get("/v1/models/{name}")
+    def model(name: str):
+        raise HTTPException(404, f"model {name!r} not found")
 
     @app.post("/raise/{what}")
     def raise_(what: str):
@@ -133,9 +137,13 @@ def test_unknown_route_is_404_envelope(client):
     assert "/v2/nothing" in err["message"]
 
 
+def test_http_exception_detail_is_kept(client):
+    assert check_envelope(client.get("/v1/models/x"), 404, "not_found_error")["message"] == "model 'x' not found"
+
+
 def test_wrong_method_is_405_envelope(client):
     r = client.get("/v1/completions")
-    check_envelope(r, 405, "invalid_request_error")
+    assert "GET is not allowed" in check_envelope(r, 405, "invalid_request_error")["message"]
     assert "POST" in r.headers.get("allow", "")
 
 

@@ -235,9 +235,11 @@ def _response(err: APIError):
 
 
 def _from_http_status(status: int, detail: Any, method: str, path: str, headers: Optional[dict]) -> APIError:
-    text = detail if isinstance(detail, str) else "error"
-    if status == 404:
-        return NotFoundError(f"not found: {method} {path}")
+    text = detail if isinstance(detail, str) and detail else "error"
+    if status == 404:  # Starlette's "Not Found" is an unknown route; other details are the raiser's own words
+        return NotFoundError(f"not found: {method} {log_safe(path)}" if text in ("Not Found", "error") else text)
+    if status == 405 and text == "Method Not Allowed":
+        text = f"method {method} is not allowed for {log_safe(path)}"
     if status == 401:
         return AuthenticationError(text, headers=headers)
     if status == 413:
