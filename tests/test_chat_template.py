@@ -42,6 +42,12 @@ def test_gemma_emits_bos_so_the_tokenizer_must_not():
     assert not resolve(None, "gemma3", None).emits_bos  # no BOS text known: nothing emitted
 
 
+def test_emits_bos_of_a_template_that_refuses_the_probe():
+    strict = "{{- bos_token }}{% if messages[0].role != 'system' %}{{ raise_exception('system first') }}{% endif %}"
+    assert ChatTemplate(strict, "strict", bos_token="<s>").emits_bos
+    assert not ChatTemplate("{{ raise_exception('no') }}", "refuses", bos_token="<s>").emits_bos
+
+
 @pytest.mark.parametrize("messages,reason", [
     ([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], "alternate"),
     ([{"role": "assistant", "content": "a"}], "alternate"),

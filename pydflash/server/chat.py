@@ -143,17 +143,15 @@ class ChatTemplate:
     def emits_bos(self) -> bool:
         """True when the template writes the BOS text itself, so the tokenizer must not add another."""
         if self._emits_bos is None:
-            if not self.bos_token:
-                self._emits_bos = False
-            else:
-                try:
-                    probe = self.render([{"role": "user", "content": "hi"}])
-                except InvalidRequest:  # a template that refuses the probe: look at its source instead
-                    probe = self.source.lstrip()
-                    self._emits_bos = probe.startswith("{{- bos_token") or probe.startswith("{{ bos_token")
-                    return self._emits_bos
-                self._emits_bos = probe.startswith(self.bos_token)
+            self._emits_bos = bool(self.bos_token) and self._probe().startswith(self.bos_token)
         return self._emits_bos
+
+    def _probe(self) -> str:
+        try:
+            return self.render([{"role": "user", "content": "hi"}])
+        except InvalidRequest:  # a template that refuses a lone user turn: judge by how its source starts
+            head = self.source.lstrip().removeprefix("{{").lstrip("-").lstrip()
+            return self.bos_token if head.startswith("bos_token") else ""
 
     def __repr__(self) -> str:
         return f"ChatTemplate({self.name!r})"
