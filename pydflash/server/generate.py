@@ -30,6 +30,7 @@ from .scoring import ScoreService
 
 log = logging.getLogger(__name__)
 DISCONNECT_POLL_S = 0.25
+SEND_TIMEOUT_S = 30.0
 
 
 class ClientGone(Exception):
@@ -49,6 +50,7 @@ class Call:
     created: int = field(default_factory=lambda: int(time.time()))
     results: dict[int, Result] = field(default_factory=dict)
     backlog: list = field(default_factory=list)  # replies read while waiting for acceptances, not yet consumed
+    checked: float = 0.0  # when the client was last checked for a disconnect (monotonic)
 
     def index(self, request_id: int) -> int:
         return next(i for i, r in enumerate(self.reqs) if r.id == request_id)
@@ -181,17 +183,21 @@ class Generation:
             self.recorder.forget(r.id)
 
     async def _next(self, call: Call, http: HTTPRequest):
-        """The next (request id, event | error), cancelling the call if the client disconnects meanwhile."""
+        """The next (request id, event | error). The client is checked for a disconnect every DISCONNECT_POLL_S
+        while waiting and between events (events can arrive faster than that for as long as it generates)."""
         if call.backlog:
             return call.backlog.pop(0)
         get = asyncio.ensure_future(call.sink.get())
         try:
             while True:
+                now = time.monotonic()
+                if now - call.checked >= DISCONNECT_POLL_S:
+                    call.checked = now
+                    if await http.is_disconnected():
+                        raise ClientGone()
                 done, _ = await asyncio.wait({get}, timeout=DISCONNECT_POLL_S)
                 if done:
                     return get.result()
-                if await http.is_disconnected():
-                    raise ClientGone()
         finally:
             if not get.done():
                 get.cancel()
@@ -211,7 +217,9 @@ class Generation:
 
     # --- streaming ------------------------------------------------------------------------------------------------
     def _stream(self, call: Call, http: HTTPRequest, body, echo_text: Optional[list[str]] = None):
-        return EventSourceResponse(self._frames(call, http, body.include_usage, echo_text), ping=15, sep="\n")
+        # send_timeout: a client that stops reading frees its slot instead of holding it (checklist 16)
+        return EventSourceResponse(self._frames(call, http, body.include_usage, echo_text), ping=15, sep="\n",
+                                   send_timeout=SEND_TIMEOUT_S)
 
     async def _frames(self, call: Call, http: HTTPRequest, include_usage: bool,
                       echo_text: Optional[list[str]]) -> AsyncIterator[dict]:

@@ -142,6 +142,7 @@ class Router:
                 return self.mru
             return self.models.default
         if name not in self.models.presets:
+            log.info("request for unknown model %s", log_safe(name))
             raise ModelNotFound(f"model {name!r} not found; GET /v1/models lists the served models")
         return name
 
