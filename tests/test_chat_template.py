@@ -156,3 +156,24 @@ def test_resolution_is_logged(caplog):
 
 def test_builtins_are_the_documented_names():
     assert set(chat.BUILTIN) == {"gemma", "chatml"}
+
+
+@pytest.mark.real_model
+def test_real_gemma_prompt_tokens(gemma_path):
+    """The default target has no template in its GGUF: the built-in must give Gemma's own token sequence, with
+    one BOS when tokenized as the server does (add_special=not emits_bos, parse_special=True)."""
+    from pydflash.compat.gguf_meta import read_metadata
+    from pydflash.native.handles import Model
+
+    model = Model(gemma_path)
+    try:
+        bos = model.token_to_piece(model.bos, special=True).decode()
+        t = resolve(read_metadata(gemma_path).get("tokenizer.chat_template"), model.arch, None, bos_token=bos)
+        assert t.name == "gemma"
+        text = t.render([{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
+        toks = model.tokenize(text, add_special=not t.emits_bos, parse_special=True)
+        pieces = [model.token_to_piece(x, special=True).decode() for x in toks]
+    finally:
+        model.close()
+    assert pieces == ["<bos>", "<start_of_turn>", "user", "\n", "Be", " brief", ".", "\n\n", "Hi", "<end_of_turn>",
+                      "\n", "<start_of_turn>", "model", "\n"]
