@@ -192,6 +192,18 @@ def test_pydantic_validation_error_maps_to_400():
     assert (err.status, err.type, err.param) == (400, "invalid_request_error", "top_p")
 
 
+def test_response_model_validation_error_is_ours_not_the_clients(caplog):
+    from pydantic import ValidationError
+
+    from pydflash.server.schemas import CompletionChoice
+
+    with pytest.raises(ValidationError) as info:
+        CompletionChoice(index=0, text="x", finish_reason="eos")
+    with caplog.at_level(logging.ERROR, logger="pydflash.server.errors"):
+        err = E.to_api_error(info.value)
+    assert (err.status, err.type) == (500, "server_error") and "eos" not in err.message
+
+
 def test_payload_too_large():
     err = E.PayloadTooLarge(1024)
     assert (err.status, err.type) == (413, "invalid_request_error") and "1024" in err.message

@@ -116,7 +116,7 @@ def to_api_error(exc: BaseException) -> APIError:
         return ContextSizeError(str(exc))
     if isinstance(exc, core.InvalidRequest):
         return InvalidRequestError(str(exc))
-    if _is_validation_error(exc):
+    if _is_request_validation_error(exc):
         return validation_error(exc.errors())
     if isinstance(exc, core.KVSlotFull):  # transient: the KV cache is full right now
         return Unavailable("no KV cache room for this request now, retry shortly")
@@ -128,10 +128,13 @@ def to_api_error(exc: BaseException) -> APIError:
     return ServerError()
 
 
-def _is_validation_error(exc: BaseException) -> bool:
+def _is_request_validation_error(exc: BaseException) -> bool:
+    """A pydantic error about a *request* body (the client's fault). One about a response model is our bug: 500."""
     from pydantic import ValidationError
 
-    return isinstance(exc, ValidationError)
+    from .schemas import request_models
+
+    return isinstance(exc, ValidationError) and exc.title in {m.__name__ for m in request_models()}
 
 
 # --- validation errors -> one readable 400 -------------------------------------------------------------------------

@@ -108,6 +108,16 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
 
+def request_models() -> list[type]:
+    """Every request model (and its pieces): errors.py tells a client's bad body from our own bad response."""
+    out, todo = [], [_Body]
+    while todo:
+        cls = todo.pop()
+        out.append(cls)
+        todo.extend(cls.__subclasses__())
+    return out
+
+
 # --- request pieces ------------------------------------------------------------------------------------------------
 
 
