@@ -43,3 +43,11 @@ class RollbackError(PydflashError):
 
 class InvariantError(PydflashError, AssertionError):
     """An engine invariant broke (feature rows vs committed positions, target/drafter alignment)."""
+
+
+class EngineClosed(PydflashError, RuntimeError):
+    """The LLM / Engine was closed (its ``with`` block ended, or ``close()`` was called): its models are freed."""
+
+
+class RequestCancelled(PydflashError):
+    """A request was cancelled (``Engine.cancel``) while a caller was still waiting for its result."""

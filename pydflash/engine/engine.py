@@ -17,7 +17,7 @@ from typing import Iterable, Optional
 import numpy as np
 
 from ..config import EngineConfig
-from ..errors import ContextOverflow, InvalidRequest, InvariantError
+from ..errors import ContextOverflow, EngineClosed, InvalidRequest, InvariantError
 from ..native import Context, ContextParams
 from ..pair import Pair
 from . import adaptive
@@ -65,6 +65,7 @@ class Engine:
                 causal=False,
             )
             self.drafter = Drafter(dctx, self.block_size, pair.mask_token)
+        self.closed = False
         self.slots: list[Optional[Slot]] = [None] * config.n_slots
         self.queue: deque[tuple[Request, list[int]]] = deque()
         self.stats = Stats()
@@ -85,14 +86,18 @@ class Engine:
         return self.block_size - 1 if k is None else min(k, self.block_size - 1)
 
     def tokenize(self, req: Request) -> list[int]:
+        self._check_open()
         if isinstance(req.prompt, str):
             if not req.prompt:
                 raise InvalidRequest("empty prompt")
             return self.model.tokenize(req.prompt, add_special=req.add_special)
         return [int(t) for t in req.prompt]
 
-    def submit(self, req: Request) -> int:
-        """Validate and queue a request; raises InvalidRequest / ContextOverflow before any decoding."""
+    def prepare(self, req: Request) -> list[int]:
+        """Check that a request can run here and return its prompt tokens; raises InvalidRequest / ContextOverflow.
+        Nothing is queued."""
+        if not isinstance(req, Request):
+            raise InvalidRequest(f"expected a Request, got {type(req).__name__}")
         tokens = self.tokenize(req)
         if not tokens:
             raise InvalidRequest("empty prompt")
@@ -106,10 +111,27 @@ class Engine:
                 f"prompt ({len(tokens)}) + max_tokens ({req.max_tokens}) + draft block ({self.block_size}) = {need} "
                 f"exceeds the slot context ({self.config.n_ctx_slot})"
             )
-        self.queue.append((req, tokens))
+        if self.is_live(req.id):
+            raise InvalidRequest(f"request {req.id} is already queued or running")
+        return tokens
+
+    def submit(self, req: Request) -> int:
+        """Validate and queue a request; raises InvalidRequest / ContextOverflow before any decoding."""
+        self.queue.append((req, self.prepare(req)))
         return req.id
 
+    def submit_all(self, requests: Iterable[Request]) -> list[int]:
+        """Validate every request, then queue them all: one bad request queues none of them."""
+        reqs = list(requests)
+        ids = [r.id for r in reqs if isinstance(r, Request)]
+        if len(set(ids)) != len(ids):
+            raise InvalidRequest("the same request was given twice")
+        prepared = [(r, self.prepare(r)) for r in reqs]
+        self.queue.extend(prepared)
+        return ids
+
     def cancel(self, request_id: int) -> bool:
+        """Drop a queued or running request (its slot is freed at once); False if it is neither."""
         for i, (req, _) in enumerate(self.queue):
             if req.id == request_id:
                 del self.queue[i]
@@ -120,12 +142,18 @@ class Engine:
                 return True
         return False
 
+    def is_live(self, request_id: int) -> bool:
+        """Whether a request is queued or in a slot (it will still produce events)."""
+        return any(req.id == request_id for req, _ in self.queue) or any(
+            s is not None and s.request.id == request_id for s in self.slots)
+
     @property
     def has_work(self) -> bool:
         return bool(self.queue) or any(s is not None for s in self.slots)
 
     # --- the step -------------------------------------------------------------------------------------
     def step(self) -> list[Event]:
+        self._check_open()
         self._admit()
         active = [s for s in self.slots if s is not None]
         if not active:
@@ -286,9 +314,8 @@ class Engine:
 
     # --- convenience ----------------------------------------------------------------------------------
     def run(self, requests: Iterable[Request]) -> dict[int, Result]:
-        """Submit all, step until done; results by request id."""
-        for r in requests:
-            self.submit(r)
+        """Submit all (all validated first), step until done; results by request id."""
+        self.submit_all(requests)
         results = {}
         while self.has_work:
             for ev in self.step():
@@ -300,7 +327,15 @@ class Engine:
         req = Request(prompt, **kw)
         return self.run([req])[req.id]
 
+    def _check_open(self) -> None:
+        if self.closed:
+            raise EngineClosed("this engine is closed: its contexts and models were freed")
+
     def close(self) -> None:
+        """Free the contexts (idempotent); any later call raises EngineClosed."""
+        if self.closed:
+            return
+        self.closed = True
         if self.drafter is not None:
             self.drafter.ctx.close()
         self.target_ctx.close()
