@@ -152,7 +152,7 @@ class Context:
             C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
         else:
             _, temp, top_k, top_p, seed = spec
-            if top_k > 0:
+            if 0 < top_k < self.n_vocab:  # k >= n_vocab keeps every token; ggml_top_k asserts k <= its row length
                 C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_k(top_k))
             if top_p < 1.0:
                 C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_p(top_p, 1))

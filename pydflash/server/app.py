@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from . import metrics
 from . import schemas as S
-from .errors import AuthenticationError, envelope, install, log_safe
+from .errors import AuthenticationError, envelope, install, log_safe, responses
 from .limits import BodyLimit
 from .preset import ServerModels
 from .router import ModelUnavailable, Router
@@ -62,19 +62,19 @@ def create_app(models: ServerModels, api_key: Optional[str] = None, max_resident
         await router.shutdown()
 
     # --- generation -----------------------------------------------------------------------------------------------
-    @app.post("/v1/completions", response_model=S.CompletionResponse)
+    @app.post("/v1/completions", response_model=S.CompletionResponse, responses=_responses(S.CompletionChunk))
     async def completions(body: S.CompletionRequest, http: HTTPRequest):
         return await _forward(router, "/v1/completions", body.model, body.stream, http)
 
-    @app.post("/v1/chat/completions", response_model=S.ChatCompletionResponse)
+    @app.post("/v1/chat/completions", response_model=S.ChatCompletionResponse, responses=_responses(S.ChatChunk))
     async def chat_completions(body: S.ChatCompletionRequest, http: HTTPRequest):
         return await _forward(router, "/v1/chat/completions", body.model, body.stream, http)
 
-    @app.post("/tokenize", response_model=S.TokenizeResponse)
+    @app.post("/tokenize", response_model=S.TokenizeResponse, responses=_responses())
     async def tokenize(body: S.TokenizeRequest, http: HTTPRequest):
         return await _forward(router, "/tokenize", body.model, False, http)
 
-    @app.post("/detokenize", response_model=S.DetokenizeResponse)
+    @app.post("/detokenize", response_model=S.DetokenizeResponse, responses=_responses())
     async def detokenize(body: S.DetokenizeRequest, http: HTTPRequest):
         return await _forward(router, "/detokenize", body.model, False, http)
 
@@ -105,6 +105,17 @@ def create_app(models: ServerModels, api_key: Optional[str] = None, max_resident
         return Response(data, media_type=content_type)
 
     return app
+
+
+def _responses(chunk=None) -> dict:
+    """OpenAPI for what a generation route can answer: the error envelope, and with stream=true an SSE stream of
+    ``chunk`` JSON objects (then ``data: [DONE]``)."""
+    out = responses(400, 401, 404, 413, 429, 503)
+    if chunk is not None:
+        event = {"type": "object", "properties": {"data": {"type": "string"}}, "required": ["data"]}
+        out[200] = {"content": {"text/event-stream": {"schema": event}},
+                    "description": f"JSON, or with stream=true server-sent events, each `data:` a {chunk.__name__}"}
+    return out
 
 
 async def _forward(router: Router, path: str, model: Optional[str], stream: bool, http: HTTPRequest):

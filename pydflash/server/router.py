@@ -235,7 +235,8 @@ class Router:
                     asyncio.ensure_future(self._respawn(key, w))
 
     async def _respawn(self, key: str, w: Worker) -> None:
-        log.error("worker for model %s died (status %s); respawning", log_safe(key), w.proc.returncode)
+        log.error("worker for model %s died (status %s; last words: %s); respawning", log_safe(key),
+                  w.proc.returncode, log_safe(w._last_error()))
         RESTARTS.labels(key).inc()
         RESIDENT.dec()
         process_dead(w.proc.pid)
