@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InvalidBatch
 from ..native import Context, TokenBatch
 from .slot import Slot
 
@@ -51,6 +52,18 @@ class Verifier:
         out = {}
         for slot, start, n in where:
             picks = self.ctx.picks(range(start, start + n))
+            self._check_picks(slot, picks)
             rows = feats[start : start + n] if feats is not None else None
             out[slot.seq] = (picks, rows, slot.n_past)
         return out
+
+    def _check_picks(self, slot: Slot, picks: list[int]) -> None:
+        """A target pick outside the vocabulary (-1: no sample, or CUDA's argmax over NaN logits) would be committed
+        and fed back as the next anchor: stop here with the cause instead."""
+        n_vocab = self.ctx.n_vocab
+        bad = [p for p in picks if not 0 <= p < n_vocab]
+        if bad:
+            raise InvalidBatch(
+                f"the target returned token id {bad[0]} for sequence {slot.seq} at position {slot.n_past}: no sample "
+                f"(NaN or -inf logits on the backend?)"
+            )
