@@ -218,12 +218,12 @@ class Generation:
     # --- streaming ------------------------------------------------------------------------------------------------
     def _stream(self, call: Call, http: HTTPRequest, body, echo_text: Optional[list[str]] = None):
         # send_timeout: a client that stops reading frees its slot instead of holding it (checklist 16)
-        return EventSourceResponse(self._frames(call, http, body.include_usage, echo_text), ping=15, sep="\n",
-                                   send_timeout=SEND_TIMEOUT_S)
+        frames = self._frames(call, http, body.include_usage, echo_text, body.return_tokens)
+        return EventSourceResponse(frames, ping=15, sep="\n", send_timeout=SEND_TIMEOUT_S)
 
-    async def _frames(self, call: Call, http: HTTPRequest, include_usage: bool,
-                      echo_text: Optional[list[str]]) -> AsyncIterator[dict]:
-        chunk = _ChunkMaker(call)
+    async def _frames(self, call: Call, http: HTTPRequest, include_usage: bool, echo_text: Optional[list[str]],
+                      return_tokens: bool) -> AsyncIterator[dict]:
+        chunk = _ChunkMaker(call, return_tokens)
         try:
             if call.kind == "chat":
                 yield chunk.frame(0, role="assistant", text="")
@@ -237,8 +237,8 @@ class Generation:
                     yield {"data": "[DONE]"}
                     return
                 i = call.index(rid)
-                if item.text:
-                    yield chunk.frame(i, text=item.text)
+                if item.text or (return_tokens and item.tokens):
+                    yield chunk.frame(i, text=item.text, tokens=item.tokens)
                 if item.finished:
                     call.results[rid] = item.result
                     yield chunk.frame(i, finish=item.result.finish_reason)
@@ -279,8 +279,9 @@ class Generation:
 class _ChunkMaker:
     """SSE frames of one call: the same id and created time in every chunk."""
 
-    def __init__(self, call: Call):
+    def __init__(self, call: Call, return_tokens: bool = False):
         self.call = call
+        self.return_tokens = return_tokens
 
     def _base(self) -> dict:
         c = self.call
@@ -288,7 +289,7 @@ class _ChunkMaker:
         return {"id": c.id, "object": obj, "created": c.created, "model": c.model}
 
     def frame(self, index: int, text: Optional[str] = None, role: Optional[str] = None,
-              finish: Optional[str] = None) -> dict:
+              finish: Optional[str] = None, tokens: Optional[list[int]] = None) -> dict:
         if self.call.kind == "chat":
             delta = {}
             if role:
@@ -298,6 +299,8 @@ class _ChunkMaker:
             choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
         else:
             choice = {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish}
+        if self.return_tokens and tokens is not None:
+            choice["tokens"] = list(tokens)  # this frame's token ids (its text may hold back a partial character)
         return {"data": json.dumps({**self._base(), "choices": [choice]})}
 
     def usage(self, usage: S.Usage, timings: S.Timings) -> dict:

@@ -551,6 +551,7 @@ class ChatChunkChoice(BaseModel):
     delta: ChatDelta
     finish_reason: FinishReason = None
     logprobs: Optional[ChatLogprobs] = None
+    tokens: Optional[list[int]] = None  # this chunk's token ids, with return_tokens
 
 
 class ChatChunk(BaseModel):
