@@ -38,9 +38,27 @@ def test_readme_has_python_snippets():
     assert SNIPPETS, "no ```python block found in README.md"
 
 
+SERVER_URL = "http://127.0.0.1:8080"
+
+
+@pytest.fixture(scope="module")
+def server_url(tiny, tmp_path_factory):
+    """A pydflash-server for the snippets that talk to one (on its own free port, substituted for 8080)."""
+    from server_util import Server, write_models_toml
+
+    pair = tiny("gemma3")
+    cfg = write_models_toml(tmp_path_factory.mktemp("readme") / "models.toml", {
+        "tiny": {"target": str(pair.target), "drafter": str(pair.drafter), "n_slots": 2, "n_ctx_slot": 512}})
+    srv = Server(["--config", str(cfg)])
+    yield srv.base
+    srv.stop()
+
+
 @pytest.mark.parametrize("i", range(len(SNIPPETS)))
-def test_python_snippet_runs(i, tiny, tmp_path):
+def test_python_snippet_runs(i, tiny, tmp_path, request):
     code = SNIPPETS[i]
+    if SERVER_URL in code:
+        code = code.replace(SERVER_URL, request.getfixturevalue("server_url"))
     pair = tiny("gemma3")
     for name in set(re.findall(r"""["']([\w.-]+\.gguf)["']""", code)):
         (tmp_path / name).symlink_to(pair.drafter if "draft" in name else pair.target)
@@ -89,3 +107,22 @@ def test_sh_examples_use_real_flags():
                 cmd = line.split("#")[0].split("pydflash-speculative", 1)[1]
                 cmd = re.sub(r'"[^"]*"', "", cmd)  # flag-like text inside a quoted prompt is not a flag
                 assert set(FLAG.findall(cmd)) <= real, line
+
+
+def test_models_toml_sample_is_valid(tmp_path):
+    from pydflash.server.preset import load_models_toml
+
+    (block,) = fenced("toml")
+    cfg = tmp_path / "models.toml"
+    cfg.write_text(block)
+    models = load_models_toml(cfg)
+    assert models.default == "gemma" and set(models.presets) == {"gemma", "coder"}
+    assert models.presets["coder"].target == str(tmp_path / "models/qwen3-4b-q4_k_m.gguf")
+
+
+def test_server_flags_in_readme_exist():
+    out = subprocess.run([sys.executable, "-m", "pydflash.cli.server", "--help"], capture_output=True, text=True,
+                         timeout=60, cwd=REPO).stdout
+    used = {f for block in fenced("sh") for line in block.splitlines() if "pydflash-server" in line
+            for f in FLAG.findall(line.split("pydflash-server", 1)[1])}
+    assert used and all(f in out for f in used), used
