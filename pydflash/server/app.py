@@ -12,6 +12,7 @@ the server has an API key.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -47,19 +48,17 @@ def create_app(models: ServerModels, api_key: Optional[str] = None, max_resident
         if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), api_key.encode()):
             raise AuthenticationError("invalid or missing API key (send Authorization: Bearer KEY)")
 
-    app = FastAPI(title="pydflash", version="0.1.0", dependencies=[Depends(authenticate)],
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        await router.startup(preload=preload)
+        yield
+        await router.shutdown()
+
+    app = FastAPI(title="pydflash", version="0.1.0", dependencies=[Depends(authenticate)], lifespan=lifespan,
                   description="OpenAI-compatible server with DFlash speculative decoding over llama.cpp")
     install(app)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.state.router = router
-
-    @app.on_event("startup")
-    async def _startup():
-        await router.startup(preload=preload)
-
-    @app.on_event("shutdown")
-    async def _shutdown():
-        await router.shutdown()
 
     # --- generation -----------------------------------------------------------------------------------------------
     @app.post("/v1/completions", response_model=S.CompletionResponse, responses=_responses(S.CompletionChunk))

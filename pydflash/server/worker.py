@@ -11,6 +11,7 @@ and the process exits shortly after so that the router respawns it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -69,13 +70,15 @@ def create_worker_app(preset: Preset) -> FastAPI:
 
     loop = EngineLoop(engine, preset.max_queue, on_step=recorder.on_step, on_death=die)
     gen = Generation(loop, preset.name, template, recorder, ScoreService(loop))
-    app = FastAPI(title=f"pydflash worker {preset.name}")
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        loop.start()
+        yield
+        loop.stop()
+
+    app = FastAPI(title=f"pydflash worker {preset.name}", lifespan=lifespan)
     errors.install(app)
     app.state.loop = loop
-
-    @app.on_event("startup")
-    async def _start():
-        loop.start()
 
     @app.post("/v1/completions")
     async def completions(body: S.CompletionRequest, http: HTTPRequest):
