@@ -313,7 +313,7 @@ class Server:
 def machine() -> dict:
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
     info = {"host": platform.node(), "cpu": cpu, "cores_usable": len(os.sched_getaffinity(0)),
-            "python": platform.python_version()}
+            "python": platform.python_version(), "loadavg_at_start": os.getloadavg()}
     try:
         info["gpu"] = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
                                      capture_output=True, text=True, timeout=20).stdout.strip() or None
@@ -343,7 +343,9 @@ def markdown(report: dict) -> str:
     p = report["params"]
     lines = [
         f"Machine: {report['machine']['cpu']}, {report['machine']['cores_usable']} usable cores"
-        + (f", GPU {report['machine']['gpu']}" if report["machine"].get("gpu") else "") + ".",
+        + (f", GPU {report['machine']['gpu']}" if report["machine"].get("gpu") else "")
+        + f"; load average {report['machine']['loadavg_at_start'][0]:.1f} at the start, "
+        f"{report['machine']['loadavg_at_end'][0]:.1f} at the end.",
         f"Tree: pydflash {report['pydflash_commit']}; llama.cpp {report['llama_cpp_commit']}. {report['date']}.",
         "",
         f"Each client sends {p['requests']} streamed completions one after another (fixed prompts, temperature 0, "
@@ -453,6 +455,7 @@ def main(argv=None) -> int:
         finally:
             if server is not None:
                 server.stop()
+    report["machine"]["loadavg_at_end"] = os.getloadavg()  # other work on a shared machine skews absolute figures
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")
     out.with_suffix(".md").write_text(markdown(report))
