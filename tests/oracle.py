@@ -38,8 +38,12 @@ class Oracle:
             self.ctx.decode(self.batch)
         return self.ctx.logits(self.batch.n - 1)
 
-    def check(self, prompt_tokens, spec_tokens, base_tokens=None, max_flips=4) -> int:
-        """Assert spec_tokens is the greedy continuation up to tie-flips; returns the number of flips."""
+    def check(self, prompt_tokens, spec_tokens, base_tokens=None, max_flips=4, max_regret=MAX_REGRET) -> int:
+        """Assert spec_tokens is the greedy continuation up to tie-flips; returns the number of flips.
+
+        max_regret: the tie band. A quantized real model batched several sequences at a time rounds further
+        from its single-sequence forward than a tiny f32 one (plain decoding alone reaches ~0.3 nat on Gemma-3
+        Q4_K_M), so real-model concurrency tests pass a wider band; real bugs still land far outside it."""
         prompt_tokens, spec = list(prompt_tokens), list(spec_tokens)
         base = list(base_tokens) if base_tokens is not None else self.greedy(prompt_tokens, len(spec))
         flips = 0
@@ -52,9 +56,9 @@ class Oracle:
                 return flips
             logits = self.logits_after(prompt_tokens + spec[:j])
             regret = float(logits.max() - logits[spec[j]])
-            assert regret <= MAX_REGRET, (
+            assert regret <= max_regret, (
                 f"divergence at generated token {j}: spec picked {spec[j]}, baseline {base[j]}, "
-                f"regret {regret:.3f} nat > {MAX_REGRET}"
+                f"regret {regret:.3f} nat > {max_regret}"
             )
             flips += 1
             assert flips <= max_flips, "too many tie-flips for float noise"

@@ -143,3 +143,44 @@ def test_misaligned_features_are_detected(tiny, monkeypatch):
     with spec_llm(p) as llm:
         with pytest.raises(InvariantError):
             llm.generate(llm.tokenize(PROMPTS[0]), max_tokens=30, ignore_eos=True)
+
+
+# Issue 12 item 1: 8 requests on 4 slots, so later requests are admitted into slots freed mid-flight (the reported
+# divergence: "Emoji: 😀" at generated token 5, 1.65 nat, in the step that admitted a request into a freed slot).
+ADMISSION_PROMPTS = ["The history of the printing press begins", "def add(a, b):\n", "Once upon a time",
+                     "1, 2, 3, 4, 5,", "Emoji: 😀", "The capital of France is", "import numpy as np\n", "Hello, world!"]
+ADMISSION_MAX_TOKENS = [3, 9, 4, 6, 10, 5, 8, 7]  # staggered: every later request joins a slot freed mid-flight
+
+
+def run_admission_scenario(target, drafter, **cfg):
+    with api.load(target, drafter, config=EngineConfig(n_slots=4, **cfg)) as llm:
+        reqs = [Request(llm.tokenize(p), max_tokens=n, ignore_eos=True)
+                for p, n in zip(ADMISSION_PROMPTS, ADMISSION_MAX_TOKENS)]
+        results = llm.generate_many(reqs)
+    return reqs, results
+
+
+def test_eight_requests_on_four_slots_tiny(tiny):
+    p = tiny("gemma3")
+    oracle = Oracle(p.target)
+    reqs, results = run_admission_scenario(p.target, p.drafter, n_ctx_slot=512)
+    for req, res in zip(reqs, results):
+        assert len(res.tokens) == req.max_tokens
+        oracle.check(req.prompt, res.tokens)
+    oracle.close()
+
+
+@pytest.mark.real_model
+def test_eight_requests_on_four_slots_default_pair(gemma_path):
+    """The default pair (Gemma-3-270M Q4_K_M + the shipped drafter), the reported scenario. The band is 0.5 nat:
+    plain decoding of the same batch already reaches ~0.3 nat against single-sequence forwards (Q4_K rounding)."""
+    from pydflash.defaults import default_pair
+
+    d = default_pair()
+    oracle = Oracle(d.target)
+    reqs, results = run_admission_scenario(d.target, d.drafter, n_ctx_slot=512)
+    for req, res in zip(reqs, results):
+        assert len(res.tokens) == req.max_tokens
+        oracle.check(req.prompt, res.tokens, max_regret=0.5)
+    assert sum(r.stats.n_drafted for r in results) > 0
+    oracle.close()
