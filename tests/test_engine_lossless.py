@@ -148,7 +148,8 @@ def test_misaligned_features_are_detected(tiny, monkeypatch):
 # Issue 12 item 1: 8 requests on 4 slots, so later requests are admitted into slots freed mid-flight (the reported
 # divergence: "Emoji: 😀" at generated token 5, 1.65 nat, in the step that admitted a request into a freed slot).
 ADMISSION_PROMPTS = ["The history of the printing press begins", "def add(a, b):\n", "Once upon a time",
-                     "1, 2, 3, 4, 5,", "Emoji: 😀", "The capital of France is", "import numpy as np\n", "Hello, world!"]
+                     "1, 2, 3, 4, 5,", "Emoji: 😀", "The capital of France is", "import numpy as np\n",
+                     "Hello, world!"]
 ADMISSION_MAX_TOKENS = [3, 9, 4, 6, 10, 5, 8, 7]  # staggered: every later request joins a slot freed mid-flight
 
 

@@ -203,8 +203,9 @@ class Context:
         if len(bad):
             i = int(bad[0])
             raise InvalidBatch(
-                f"token id {int(toks[i])} at batch index {i} (sequence {batch.seq_of(i)}, position {int(batch.pos[i])}) "
-                f"is outside the vocabulary [0, {self.n_vocab}) of {self.model.path.name}; the batch was not decoded"
+                f"token id {int(toks[i])} at batch index {i} (sequence {batch.seq_of(i)}, "
+                f"position {int(batch.pos[i])}) is outside the vocabulary [0, {self.n_vocab}) of "
+                f"{self.model.path.name}; the batch was not decoded"
             )
 
     def inject(self, rows: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray) -> None:
