@@ -104,3 +104,18 @@ def test_prefill_chunks_fill_the_batch_oldest_first(tiny):
             oracle.check(r.prompt, res[r.id].tokens)
     finally:
         oracle.close()
+
+
+def test_cancel_while_prefilling_frees_the_slot(tiny):
+    p = tiny("qwen3")
+    with spec_llm(p, n_batch=32, n_ubatch=32) as llm:
+        eng = llm.engine
+        req = Request(llm.tokenize(LONG), max_tokens=4, ignore_eos=True)
+        eng.submit(req)
+        assert eng.step() == []  # the first chunk only: no token yet
+        slot = eng.slots[0]
+        assert not slot.prefilled and slot.n_past == 32
+        assert eng.cancel(req.id)
+        assert not eng.has_work
+        assert eng.target_ctx.seq_pos_max(0) == -1 and eng.drafter.ctx.seq_pos_max(0) == -1
+        assert len(llm.generate("hello", max_tokens=3, ignore_eos=True).tokens) == 3
