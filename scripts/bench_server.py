@@ -400,7 +400,7 @@ def main(argv=None) -> int:
     src.add_argument("--start", help="start pydflash-server with these ARGS for each mode (quote them)")
     ap.add_argument("--modes", default="spec,plain", help="comma-separated: spec, plain, fixed, plain-req")
     ap.add_argument("--fixed-k", type=int, default=15, help="drafts per step of the fixed mode")
-    ap.add_argument("--clients", default="1,4,16", help="concurrency levels")
+    ap.add_argument("--clients", default="1,4,16", help="concurrency levels (\"\" = only the long-prefill probe)")
     ap.add_argument("--requests", type=int, default=2, help="requests per client per level")
     ap.add_argument("--tokens", type=int, default=32, help="max_tokens of each request (ignore_eos)")
     ap.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up round of each level")
@@ -415,7 +415,7 @@ def main(argv=None) -> int:
     modes = modes_from([m.strip() for m in args.modes.split(",") if m.strip()], args.fixed_k)
     if args.url and any(m.server_args for m in modes):
         raise SystemExit("bench_server: with --url only request-level modes run (spec, plain-req)")
-    levels = [int(c) for c in args.clients.split(",")]
+    levels = [int(c) for c in args.clients.split(",") if c.strip()]  # "" = only the long-prefill probe
     out = pathlib.Path(args.out)
     log_dir = pathlib.Path(args.log_dir) if args.log_dir else out.parent
     log_dir.mkdir(parents=True, exist_ok=True)
