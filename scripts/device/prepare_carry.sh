@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Pack what a GPU run needs into .device-bench/ (git-ignored), in <= 60 MB folders, one per device call:
+# Pack what a GPU run needs into .device-bench/ (git-ignored), one folder per device call. Each call sends the
+# working tree too (tracked + untracked-not-ignored files, ~41 MB with the shipped drafter) and the tool refuses
+# more than 64 MiB in all, so the model parts are sized to what the tree leaves (~25 MB: 11 part calls, ~5 s each).
 #   g1: trimmed vendor/llama.cpp source + pure-Python packages the device lacks (llama_cpp, gguf, diskcache)
-#       + wheels for Python 3.12 of the server's stack (fastapi, starlette, pydantic(-core), uvicorn, sse-starlette,
-#       annotated-types, typing-inspection, typing_extensions) + the last, small model part + the tree's commit
-#   g2..g6: the Gemma-3-270M GGUF in ~50 MB parts
+#       + wheels for Python 3.12 of the server's stack (fastapi and its opentelemetry-api, starlette,
+#       pydantic(-core), uvicorn, sse-starlette, annotated-types, typing-inspection, typing_extensions)
+#       + the commit at packing time (the tree itself travels with every call: name the commit again when you run)
+#   g2..gN: the Gemma-3-270M GGUF in parts
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SITE=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
@@ -14,7 +17,7 @@ tar czf .device-bench/g1/site.tgz -C "$SITE" llama_cpp gguf diskcache
 # the versions of the local venv, as Python 3.12 wheels (the device image has no registry; README of the tool)
 WHEELS=$(.venv/bin/python - <<'PY'
 from importlib.metadata import version
-names = ["fastapi", "starlette", "pydantic", "pydantic_core", "uvicorn", "sse-starlette", "annotated-types",
+names = ["fastapi", "opentelemetry-api", "starlette", "pydantic", "pydantic_core", "uvicorn", "sse-starlette", "annotated-types",
          "typing-inspection", "typing_extensions"]
 print(" ".join(f"{n}=={version(n)}" for n in names))
 PY
@@ -25,11 +28,11 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
 echo "$(git rev-parse --short HEAD)$(git status --porcelain --untracked-files=no | grep -q . && echo ' (+ uncommitted changes)')" \
     > .device-bench/g1/commit.txt
 MODEL=$(.venv/bin/python -c "from pydflash.defaults import gemma_target; print(gemma_target())")
-split -b 50000000 -d -a 1 "$MODEL" .device-bench/part
+TREE=$(git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s}')
+PART=$(( (64 * 1048576 - TREE - 1000000) / 1000000 * 1000000 ))  # 1 MB of slack for files that appear meanwhile
+echo "tree ${TREE} bytes: model parts of ${PART} bytes"
+split -b $PART -d -a 2 "$MODEL" .device-bench/part
 i=2
-for p in .device-bench/part*; do
-    if [ "$(stat -c %s "$p")" -lt 10000000 ]; then mv "$p" .device-bench/g1/; continue; fi  # the small tail rides in g1
-    mkdir -p .device-bench/g$i; mv "$p" .device-bench/g$i/; i=$((i + 1))
-done
+for p in .device-bench/part*; do mkdir -p .device-bench/g$i; mv "$p" .device-bench/g$i/; i=$((i + 1)); done
 sha256sum "$MODEL" | cut -d' ' -f1 > .device-bench/g1/model.sha256
 du -sh .device-bench/* .device-bench/g1/*

@@ -3,7 +3,7 @@
 # given back after 30 s idle, and the build and the model live only on it):
 #   remote.sh start   unpack g1 (source, pure-Python packages, the server's wheels), start the CUDA build detached
 #                     (survives the call), check that the server's imports resolve
-#   remote.sh part N  stash model part from gN
+#   remote.sh part N  stash model part(s) from gN (N = 2 .. the last folder prepare_carry.sh made)
 #   remote.sh costs   wait for the build, assemble the model, scripts/step_costs.py with the batched argmax of
 #                     patches/0003 and with upstream's per-row argmax (PYDFLASH_PER_ROW_GREEDY)
 #   remote.sh bench   scripts/bench.py, all modes: 1 request x 512 tokens, 8 requests x 256 tokens
@@ -28,7 +28,9 @@ use_build() {
     ln -sf $W/gemma.gguf .cache/models/gemma-3-270m-q4_k_m.gguf
     [ -f pydflash/models/gemma-3-270m-dflash-q8_0.gguf ]  # the shipped drafter is tracked: it travels with the tree
     export PYTHONPATH=$W/site:$PWD PYDFLASH_LIB_DIR=$W/llama.cpp/build/bin PYTHONUNBUFFERED=1
-    export PYDFLASH_TREE_COMMIT="$(cat $W/commit.txt)"
+    # .git does not travel: pass PYDFLASH_TREE_COMMIT=<local HEAD at call time> in the command; commit.txt is only
+    # the HEAD when g1 was packed
+    export PYDFLASH_TREE_COMMIT="${PYDFLASH_TREE_COMMIT:-$(cat $W/commit.txt) (HEAD when g1 was packed)}"
 }
 
 BENCH="python3 scripts/bench.py --ngl -1 --threads 8"
@@ -44,11 +46,10 @@ start)
         > $W/configure.log 2>&1 && cmake --build build -j16 --target llama > $W/build.log 2>&1; echo \$? > $W/build.rc" \
         > /dev/null 2>&1 &
     echo started build; nvidia-smi --query-gpu=name,memory.total --format=csv
-    PYTHONPATH=$W/site python3 -c 'import fastapi, starlette, pydantic, uvicorn, sse_starlette, prometheus_client, jinja2,
-import httpx, gguf, numpy; print("imports ok", fastapi.__version__, pydantic.__version__)' 2>&1 |
-        grep -v "^$" || true ;;
+    PYTHONPATH=$W/site python3 -c 'import fastapi, starlette, pydantic, uvicorn, sse_starlette, prometheus_client
+import jinja2, httpx, gguf, numpy; print("imports ok", fastapi.__version__, pydantic.__version__)' 2>&1 || true ;;
 part)
-    cp .device-bench/g$2/part* $W/ && ls -la $W | tail -3 ;;
+    cp .device-bench/g$2/part* $W/ && ls $W | grep part | tr '\n' ' '; tail -c 200 $W/build.log 2>/dev/null; echo ;;
 costs)
     use_build
     python3 scripts/step_costs.py --ngl -1 --out $OUT/step_costs_gpu.json
