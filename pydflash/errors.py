@@ -43,3 +43,11 @@ class RollbackError(PydflashError):
 
 class InvariantError(PydflashError, AssertionError):
     """An engine invariant broke (feature rows vs committed positions, target/drafter alignment)."""
+
+
+class StateError(PydflashError):
+    """llama.cpp refused to save or restore a sequence's state (wrong layout, too few free cells, bad data)."""
+
+
+class CacheFileError(InvalidRequest):
+    """A slot file (or its name) is unusable: bad name, corrupted, truncated, or saved by another model pair."""

@@ -16,6 +16,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
+from ..cache.config import CacheConfig
 from ..config import EngineConfig
 from ..errors import ContextOverflow, InvalidRequest, InvariantError
 from ..native import Context, ContextParams
@@ -23,6 +24,7 @@ from ..pair import Pair
 from . import adaptive
 from .accept import commit_tokens, greedy_accept, synthetic_accept, synthetic_rate
 from .drafter import Drafter
+from .prefix import PromptCache
 from .request import Event, Request, Result
 from .slot import Slot
 from .stats import Stats
@@ -33,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 class Engine:
-    def __init__(self, pair: Pair, config: EngineConfig = EngineConfig()):
+    def __init__(self, pair: Pair, config: EngineConfig = EngineConfig(), cache: Optional[CacheConfig] = None):
         self.pair = pair
         self.config = config
         self.model = pair.target
@@ -77,6 +79,7 @@ class Engine:
             if self.drafter is None:
                 raise ValueError("synthetic acceptance needs a drafter and draft_max > 0")
             self.synth_p = synthetic_rate(config.synth_len, self.default_draft)
+        self.prompt_cache = PromptCache(self, cache or CacheConfig())  # prefix reuse, RAM cache, SWA checkpoints
 
     # --- requests -------------------------------------------------------------------------------------
     def _clamp_draft(self, k: Optional[int]) -> int:
@@ -194,6 +197,7 @@ class Engine:
             adaptive.observe(slot.policy, self.accept_prior, k, m)
         if self.config.check_invariants:
             self._check(slot)
+        self.prompt_cache.after_commit(slot)  # an SWA checkpoint every CacheConfig.checkpoint_every positions
         if slot.finish_reason is None:
             return Event(slot.request.id, text, new_tokens)
         text += slot.text.finish()
@@ -261,10 +265,11 @@ class Engine:
 
     # --- slots ----------------------------------------------------------------------------------------
     def _admit(self) -> None:
-        for i, cur in enumerate(self.slots):
-            if cur is not None or not self.queue:
-                continue
+        while self.queue and None in self.slots:
             req, tokens = self.queue.popleft()
+            # the free slot whose kept sequence shares the longest prefix with this prompt
+            free = [j for j, s in enumerate(self.slots) if s is None]
+            i = self.prompt_cache.pick_slot(tokens, free, req.cache_prompt)
             draft = self._clamp_draft(req.draft_max if req.draft_max is not None else self.config.draft_max)
             slot = Slot(seq=i, request=req, prompt=tokens, draft_max=draft, stats=Stats(n_prompt=len(tokens)),
                         text=TextStream(req.stop), policy=adaptive.new_slot_policy(self.accept_prior))
@@ -272,17 +277,27 @@ class Engine:
             self.target_ctx.set_sampling(i, req.sampling)
             if self.drafter is not None and (not self.config.adaptive or adaptive.expects_drafting(self.accept_prior)):
                 self.target_ctx.set_features(True)  # the prompt's features: this slot is likely to draft soon
-            self.verifier.prefill(slot, tokens[:-1])
+            # both KV caches and the feature bookkeeping brought to the longest usable cached prefix
+            n_cached = slot.stats.n_cached = self.prompt_cache.admit(slot, tokens, req.cache_prompt)
+            self.verifier.prefill(slot, tokens[n_cached:-1])
+            self.prompt_cache.after_prefill(slot)
             slot.anchor = tokens[-1]
             slot.stats.t_prefill += time.perf_counter() - t
             self.slots[i] = slot
 
     def _release(self, slot: Slot) -> None:
-        self.target_ctx.seq_rm(slot.seq, 0)
-        if self.drafter is not None:
-            self.drafter.ctx.seq_rm(slot.seq, 0)
+        self.prompt_cache.release(slot)  # keeps the sequence in both caches for reuse (or clears them)
         self.slots[slot.seq] = None
         self.stats.merge_tokens(slot.stats)
+
+    # --- slot files (llama-server's /slots/{id}?action=save|restore) ---------------------------------
+    def save_slot(self, seq: int, path) -> dict:
+        """Write an idle slot's kept sequence (both states, tokens, feature bookkeeping) to a slot file."""
+        return self.prompt_cache.save_slot(seq, path)
+
+    def restore_slot(self, seq: int, path) -> dict:
+        """Load a slot file into an idle slot; CacheFileError (a 400) leaves the slot empty and usable."""
+        return self.prompt_cache.restore_slot(seq, path)
 
     # --- convenience ----------------------------------------------------------------------------------
     def run(self, requests: Iterable[Request]) -> dict[int, Result]:

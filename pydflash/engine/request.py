@@ -27,6 +27,7 @@ class Request:
     top_k: int = 0
     top_p: float = 1.0
     seed: Optional[int] = None
+    cache_prompt: bool = True  # reuse a cached prefix of the prompt (and keep this one for later requests)
     id: int = field(default_factory=lambda: next(_ids))
 
     def __post_init__(self):
