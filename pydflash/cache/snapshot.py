@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
-@dataclass
+@dataclass(eq=False)
 class Features:
     """The slot's feature bookkeeping (see engine/slot.py): the drafter KV holds target features for positions
     [drafter_base, drafter_len); ``rows`` are features of [drafter_len, drafter_len + len(rows)) not injected yet;
@@ -50,7 +50,7 @@ class Checkpoint:
     target: bytes
 
 
-@dataclass
+@dataclass(eq=False)  # identity: entries hold numpy arrays
 class Snapshot:
     tokens: np.ndarray  # [n] int32: the tokens at positions 0..n-1 of both KV caches
     features: Features

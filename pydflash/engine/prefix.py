@@ -145,6 +145,8 @@ class PromptCache:
         return max(0, self.target.seq_pos_min(seq)) if self.n_swa else 0
 
     def _fallback(self, why: str, p: int) -> None:
+        if p < self.cfg.block:
+            return  # a shared BOS or so: not worth a log line
         self.fallbacks += 1
         log.info("prompt cache: not reusing %d cached positions: %s; prefilling them again", p, why)
 
