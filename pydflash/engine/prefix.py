@@ -101,7 +101,7 @@ class PromptCache:
             self.ram.miss()
         if not from_ram:
             self._save(seq, res, p)
-        n = self._trim(slot, src, p, ckpt) if src is not None else 0
+        n = self._trim(slot, src, p, ckpt) if src is not None and p > 0 else 0
         if n == 0:
             self._clear(seq)
         self.n_reused += n
