@@ -60,8 +60,8 @@ class PromptCache:
     # --- admission ------------------------------------------------------------------------------------
     def pick_slot(self, tokens: list[int], free: list[int], cache_prompt: bool = True) -> int:
         """The free slot whose resident sequence gives the longest reuse; ties go to the one with least to lose."""
-        if not (self.enabled and self.cfg.reuse and cache_prompt):
-            return free[0]
+        if not (self.enabled and self.cfg.reuse and cache_prompt):  # keep the most valuable residents
+            return min(free, key=lambda seq: (self.resident[seq].n if self.resident[seq] is not None else 0, seq))
 
         def score(seq):
             res = self.resident[seq]
