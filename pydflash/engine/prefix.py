@@ -59,18 +59,27 @@ class PromptCache:
 
     # --- admission ------------------------------------------------------------------------------------
     def pick_slot(self, tokens: list[int], free: list[int], cache_prompt: bool = True) -> int:
-        """The free slot whose resident sequence gives the longest reuse; ties go to the one with least to lose."""
-        if not (self.enabled and self.cfg.reuse and cache_prompt):  # keep the most valuable residents
-            return min(free, key=lambda seq: (self.resident[seq].n if self.resident[seq] is not None else 0, seq))
+        """The free slot whose resident sequence gives the longest reuse; ties go to the one with least to lose.
+        When the RAM cache holds a longer prefix, the slot with least to lose (it is restored there)."""
 
-        def score(seq):
+        def least_to_lose(seq):
+            return (self.resident[seq].n if self.resident[seq] is not None else 0, seq)
+
+        if not (self.enabled and cache_prompt):
+            return min(free, key=least_to_lose)  # keep the most valuable residents
+
+        def reuse(seq):
             res = self.resident[seq]
-            if res is None:
-                return (0, 0, -seq)
-            p, _ = self._plan(res, self._live_swa_min(seq), blocks.common_prefix(res.tokens, tokens[:-1]), quiet=True)
-            return (p, -res.n, -seq)
+            if res is None or not self.cfg.reuse:
+                return 0
+            n_common = blocks.common_prefix(res.tokens, tokens[:-1])
+            return self._plan(res, self._live_swa_min(seq), n_common, quiet=True)[0]
 
-        return max(free, key=score)
+        best = max(free, key=lambda seq: (reuse(seq), -least_to_lose(seq)[0], -seq))
+        found = self.ram.lookup(tokens, len(tokens) - 1) if self.ram is not None else None
+        if found is not None and self._plan(found[1], found[1].swa_min, found[2], quiet=True)[0] > reuse(best):
+            return min(free, key=least_to_lose)
+        return best
 
     def admit(self, slot: Slot, tokens: list[int], cache_prompt: bool = True) -> int:
         """Bring both caches of ``slot.seq`` to the longest usable cached prefix of ``tokens`` (its feature
@@ -263,8 +272,10 @@ class PromptCache:
         swa_min = max(live_min, res.n - self.n_swa) if self.n_swa else 0
         target = state.state_seq_get(self.target, seq)
         drafter = state.state_seq_get(self.dctx, seq) if self.dctx is not None else b""
-        return Snapshot(res.tokens.copy(), res.features, swa_min=swa_min, checkpoints=list(res.checkpoints),
-                        target=target, drafter=drafter)
+        # checkpoints only where the full state cannot serve (before its window), else they are dead weight
+        ckpts = [c for c in res.checkpoints if not self._swa_ok(swa_min, c.n)]
+        return Snapshot(res.tokens.copy(), res.features, swa_min=swa_min, checkpoints=ckpts, target=target,
+                        drafter=drafter)
 
     def _save(self, seq: int, res: Optional[Snapshot], keep: int) -> None:
         """Copy a resident into RAM before its caches are cut to ``keep`` positions, if that loses enough."""
