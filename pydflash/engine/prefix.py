@@ -132,7 +132,9 @@ class PromptCache:
                 if src.features.drafter_base > 0 and not quiet:
                     self._fallback("the snapshot's drafter context restarted after a feature pause", p)
                 p = usable
-        if p <= 0:
+        if p < self.cfg.block:
+            # a shared BOS or so saves nothing, and prefilling the whole prompt keeps its batch shapes (and so
+            # its float rounding) those of an uncached request
             return 0, None
         if self._swa_ok(swa_min, p):
             return p, None
