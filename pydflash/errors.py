@@ -45,6 +45,24 @@ class InvariantError(PydflashError, AssertionError):
     """An engine invariant broke (feature rows vs committed positions, target/drafter alignment)."""
 
 
+class EngineClosed(PydflashError, RuntimeError):
+    """The LLM / Engine was closed (its ``with`` block ended, or ``close()`` was called): its models are freed."""
+
+
+class RequestCancelled(PydflashError):
+    """A request was cancelled (``Engine.cancel``) while a caller was still waiting for its result."""
+
+
+class InvalidBatch(DecodeError):
+    """pydflash refused to hand llama.cpp a batch it would reject or misread (a token id outside the vocabulary:
+    llama.cpp reads id -1 as "no token" and fails with "all entries in the batch must have the same content types"),
+    or a forward returned no token where one was expected. Raised before the call; ``code`` is -1."""
+
+    def __init__(self, what: str):
+        PydflashError.__init__(self, what)
+        self.code = -1
+
+
 class StateError(PydflashError):
     """llama.cpp refused to save or restore a sequence's state (wrong layout, too few free cells, bad data)."""
 

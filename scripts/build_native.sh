@@ -11,13 +11,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 FLAGS="-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON -DGGML_NATIVE=ON"
+# -march=native turns on AMX where the CPU advertises it, but some VMs advertise AMX without running it (ggml's
+# q8_0 AMX kernel then dies with SIGILL on `tilezero`). Explicit -mno-* wins over -march=native in GCC and Clang.
+# CMake takes them from CFLAGS/CXXFLAGS at configure time; they are part of FLAGS' hash below.
+CFLAGS_EXTRA=""
+if [ "${PYDFLASH_CUDA:-0}" != "1" ] && grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
+    CFLAGS_EXTRA="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+fi
 if [ "${PYDFLASH_CUDA:-0}" = "1" ]; then
     FLAGS="$FLAGS -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS:-90}"
 fi
+FLAGS_ID="$FLAGS $CFLAGS_EXTRA"
 TARGETS="llama ${PYDFLASH_NATIVE_TARGETS:-}"
 
-FLAGS_HASH=$(echo "$FLAGS" | sha256sum | cut -c1-12)
-KEY=$( (cat vendor/.stamp; echo "$FLAGS"; echo "$TARGETS") | sha256sum | cut -c1-16)
+FLAGS_HASH=$(echo "$FLAGS_ID" | sha256sum | cut -c1-12)
+KEY=$( (cat vendor/.stamp; echo "$FLAGS_ID"; echo "$TARGETS") | sha256sum | cut -c1-16)
 BUILD=.cache/build/$FLAGS_HASH
 DEST=.cache/native/$KEY
 
@@ -28,8 +36,8 @@ fi
 
 JOBS=${JOBS:-$(nproc)}
 mkdir -p .cache/build .cache/native
-echo "building llama.cpp ($FLAGS) -> $DEST" >&2
-cmake -S vendor/llama.cpp -B "$BUILD" $FLAGS >"$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log" >&2; exit 1; }
+echo "building llama.cpp ($FLAGS_ID) -> $DEST" >&2
+CFLAGS="$CFLAGS_EXTRA" CXXFLAGS="$CFLAGS_EXTRA" cmake -S vendor/llama.cpp -B "$BUILD" $FLAGS >"$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log" >&2; exit 1; }
 cmake --build "$BUILD" -j "$JOBS" --target $TARGETS >"$BUILD.build.log" 2>&1 || { tail -50 "$BUILD.build.log" >&2; exit 1; }
 
 rm -rf "$DEST"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 
@@ -92,3 +94,120 @@ def test_bad_flags(tiny):
     _bad(run("-m", str(p.target), "-md", str(p.drafter), "-p", "x", "--top-p", "0"))
     _bad(run("-m", str(p.target), "-p", "x", "-c", "16", "-n", "64"))  # does not fit the context
     _bad(run("-m", str(p.target), "-p", "", "-n", "4"))
+
+
+# --- issue 12 item 10: pipes, argparse, Ctrl-C, empty prompts, messages that name the file and our own flags ---
+
+
+def test_closed_pipe_exits_quietly(tiny):
+    """`| head -c 1` closes stdout while text still streams: exit 0, and no error, traceback or flush warning."""
+    p = tiny("qwen3")
+    cmd = " ".join(CLI + ["-m", str(p.target), "-md", str(p.drafter), "-p", "hello", "-n", "3000"])
+    r = subprocess.run(["bash", "-c", f"{cmd} | head -c 1 >/dev/null; exit ${{PIPESTATUS[0]}}"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "Broken pipe" not in r.stderr and "Traceback" not in r.stderr and "Exception ignored" not in r.stderr
+    assert "error" not in r.stderr, r.stderr
+
+
+def test_closed_pipe_during_json(tiny):
+    """The JSON object is written at the end; a reader already gone must still mean exit 0, and no error at the
+    interpreter's flush at exit (which would make the status 120)."""
+    p = tiny("qwen3")
+    proc = subprocess.Popen(CLI + ["-m", str(p.target), "-md", str(p.drafter), "-p", "hello", "-n", "8", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before the first byte
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 0, err
+    assert err == "", err
+
+
+def test_argparse_errors_are_one_line(tiny):
+    _bad(run("--no-such-flag"))
+    _bad(run("-n", "many"))
+    _bad(run("-p", "a", "-f", "b"))  # mutually exclusive
+
+
+def test_ctrl_c_leaves_a_newline_and_exits_130(tiny):
+    p = tiny("qwen3")
+    proc = subprocess.Popen(CLI + ["-m", str(p.target), "-md", str(p.drafter), "-p", "hello", "-n", "3000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = os.read(proc.stdout.fileno(), 1)  # text is streaming: the interrupt lands mid-generation
+    assert first, proc.stderr.read().decode()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err.decode()
+    assert (first + out).endswith(b"\n")
+    assert b"Traceback" not in err and b"KeyboardInterrupt" not in err, err.decode()
+    assert b"n_generated" not in err  # interrupted, so no stats block claiming a finished run
+
+
+def test_empty_prompt_is_refused_before_any_model_loads(tmp_path):
+    missing = str(tmp_path / "never-opened.gguf")  # a load would fail on this path first
+    r = run("-m", missing, "-p", "")
+    _bad(r)
+    assert "empty" in r.stderr and missing not in r.stderr
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    r = run("-m", missing, "-f", str(empty))
+    _bad(r)
+    assert f"prompt file {empty} is empty" in r.stderr
+
+
+def test_errors_name_the_file(tmp_path, tiny):
+    p = tiny("qwen3")
+    prompt = tmp_path / "no-prompt.txt"
+    r = run("-m", str(p.target), "-f", str(prompt))
+    _bad(r)
+    assert str(prompt) in r.stderr
+    missing = tmp_path / "nope.gguf"
+    r = run("-m", str(missing), "-p", "x")
+    _bad(r)
+    assert str(missing) in r.stderr
+    r = run("-m", str(p.target), "-md", str(p.target), "-p", "x")  # a target is no drafter
+    _bad(r)
+    assert str(p.target) in r.stderr
+
+
+def test_scale_mismatch_suggests_the_cli_flag(tiny):
+    p = tiny("gemma3", embedding_scale_key=64.0)
+    r = run("-m", str(p.target), "-md", str(p.drafter), "-p", "x", "-n", "4")
+    _bad(r)
+    assert str(p.drafter) in r.stderr and "embedding scale is 64" in r.stderr
+    assert "--allow-scale-mismatch" in r.stderr and "allow_scale_mismatch=True" not in r.stderr
+    r = run("-m", str(p.target), "-md", str(p.drafter), "-p", "x", "-n", "4", "--allow-scale-mismatch", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["n_generated"] == 4
+
+
+def test_scale_mismatch_api_phrasing(tiny):
+    """The same fact, phrased for the Python API by the exception itself."""
+    from pydflash.compat.inherit import TransformMismatch
+    from pydflash.pair import load_pair
+
+    p = tiny("gemma3", embedding_scale_key=64.0)
+    with pytest.raises(TransformMismatch, match=r"allow_scale_mismatch=True") as info:
+        load_pair(p.target, p.drafter)
+    assert str(p.drafter) in info.value.fact and "allow_scale_mismatch" not in info.value.fact
+
+
+# --- issue 10: adaptive drafting is the default; a fixed block is opt-in ---
+
+
+def _json(*args):
+    r = run(*args, "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_adaptive_drafting_is_the_default(tiny):
+    p = tiny("qwen3")  # a random drafter: nothing is accepted, so adaptive drafting stops drafting
+    base = ["-m", str(p.target), "-md", str(p.drafter), "-p", "hello world", "-n", "48"]
+    default = _json(*base)
+    assert default["draft_adaptive"] is True
+    assert 0 < default["n_draft_steps"] < default["n_steps"]
+    assert _json(*base, "--draft-adaptive")["draft_adaptive"] is True  # the old flag still works
+    fixed = _json(*base, "--draft-max", "4", "--no-draft-adaptive")
+    assert fixed["draft_adaptive"] is False
+    assert fixed["n_draft_steps"] == fixed["n_steps"] and fixed["n_drafted"] == 4 * fixed["n_steps"]
+    assert fixed["text"] == default["text"]  # greedy either way

@@ -362,6 +362,14 @@ def test_only_filters_both_sides(tmp_path, src, weights):
     assert {t.gguf_name for t in report.tensors} == {f"blk.0.ffn_{x}.weight" for x in ("up", "down", "gate", "norm")}
 
 
+def test_only_matching_nothing_is_bad_input(tmp_path, src, weights):
+    g = write_gguf(tmp_path / "f32.gguf", as_gguf(weights), "F32")
+    proc = run_cli(src, g, "--only", "blk.7.")
+    assert_bad_input(proc, "--only 'blk.7.' matches no tensor")
+    assert "result: OK" not in proc.stdout
+    assert_bad_input(run_cli(src, g, "--only", "*nothing*"), "matches no tensor")
+
+
 def test_factory_drafter_layouts_agree(tmp_path):
     """The tiny-model factory's z-lab safetensors match its upstream and fork-era GGUFs."""
     factory = pytest.importorskip("pydflash.factory")

@@ -24,7 +24,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
     p.add_argument("--tolerance-file", metavar="F", help="JSON object: GGUF type -> max relative RMS error")
     p.add_argument("--only", metavar="PATTERN",
-                   help="compare only tensors whose HF or GGUF name matches (glob; plain text = substring)")
+                   help="compare only tensors whose HF or GGUF name matches (glob; plain text = substring); "
+                        "a pattern that matches nothing is bad input (exit 2)")
     return p
 
 

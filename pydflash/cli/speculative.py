@@ -1,97 +1,167 @@
 """pydflash-speculative: DFlash speculative decoding on GGUF models from the command line.
 
-Flags follow llama.cpp's names where they exist. Bad input (paths, an unsupported file, a drafter that does not
-match the target, a request that does not fit) prints one line and exits 2.
+Flags follow llama.cpp's names where they exist. Exit codes: 0 done (also when the reader of stdout goes away,
+as in `| head -1`), 2 bad input (paths, an unsupported file, a drafter that does not match the target, a request
+that does not fit; one line on stderr, naming the file where one is at fault), 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C'd command
+PROG = "pydflash-speculative"
 DEFAULT_PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="pydflash-speculative", description=__doc__.splitlines()[0])
-    p.add_argument("-m", "--model", help="target GGUF (default: the embedded default pair)")
-    p.add_argument("-md", "--model-draft", help="DFlash drafter GGUF")
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line on stderr, exit 2 (argparse's own adds the usage block)
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description=__doc__.splitlines()[0].split(": ", 1)[1],
+                epilog="exit status: 0 done (also when stdout's reader goes away), 2 bad input (one line on stderr), "
+                       "130 interrupted")
+    p.add_argument("-m", "--model", metavar="TARGET", help="target GGUF (default: the embedded default pair)")
+    p.add_argument("-md", "--model-draft", metavar="DRAFTER", help="DFlash drafter GGUF (needs -m)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("-p", "--prompt", help="prompt text")
-    src.add_argument("-f", "--file", help="read the prompt from a file")
-    p.add_argument("-n", "--n-predict", type=int, default=128, help="tokens to generate")
-    p.add_argument("--temp", type=float, default=0.0, help="temperature (0 = greedy)")
-    p.add_argument("--top-k", type=int, default=0, help="top-k sampling (0 = off)")
-    p.add_argument("--top-p", type=float, default=1.0, help="top-p sampling (1 = off)")
-    p.add_argument("-s", "--seed", type=int, default=None, help="sampling seed")
-    p.add_argument("--draft-max", type=int, default=None, help="drafts per step (default: trained block - 1)")
-    p.add_argument("--draft-adaptive", action="store_true", help="shrink drafting while it does not pay")
-    p.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size of the slot")
-    p.add_argument("-t", "--threads", type=int, default=0, help="threads (0 = llama.cpp default)")
-    p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, help="layers on the GPU (-1 = all)")
+    src.add_argument("-f", "--file", help="read the prompt from a UTF-8 file")
+    p.add_argument("-n", "--n-predict", metavar="N", type=int, default=128, help="tokens to generate (default 128)")
+    p.add_argument("--temp", metavar="T", type=float, default=0.0, help="temperature (0 = greedy)")
+    p.add_argument("--top-k", metavar="K", type=int, default=0, help="top-k sampling (0 = off)")
+    p.add_argument("--top-p", metavar="P", type=float, default=1.0, help="top-p sampling (1 = off)")
+    p.add_argument("-s", "--seed", type=int, default=None, help="sampling seed (default: a fresh one every run)")
+    p.add_argument("--draft-max", metavar="K", type=int, default=None,
+                   help="most drafts per step (default: trained block - 1); a fixed block with --no-draft-adaptive")
+    # None = not given: adaptive, except under --spec-synth-len, whose forced acceptance assumes a fixed block.
+    p.add_argument("--draft-adaptive", action=argparse.BooleanOptionalAction, default=None,
+                   help="pick the drafts per step (down to none) by measured acceptance and step cost (default: on)")
+    p.add_argument("--allow-scale-mismatch", action="store_true",
+                   help="load a drafter whose embedding scale or logit softcap disagrees with the target's")
+    p.add_argument("-c", "--ctx-size", metavar="N", type=int, default=4096, help="context size of the slot")
+    p.add_argument("-t", "--threads", metavar="N", type=int, default=0, help="threads (0 = llama.cpp default)")
+    p.add_argument("-ngl", "--n-gpu-layers", metavar="N", type=int, default=0, help="layers on the GPU (-1 = all)")
     p.add_argument("--no-spec", action="store_true", help="plain decoding through the same engine")
-    p.add_argument("--spec-synth-len", type=float, default=None,
-                   help="benchmarking only: force this mean acceptance length; the text is not valid output")
+    p.add_argument("--spec-synth-len", metavar="L", type=float, default=None,
+                   help="benchmarking only: force this mean acceptance length (a fixed block unless "
+                        "--draft-adaptive); the text is not valid output")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
+
+
+class BadInput(Exception):
+    """Input the CLI refuses before any model loads; the message is the one line printed."""
 
 
 def _read_prompt(args) -> str:
     if args.file:
-        with open(args.file, encoding="utf-8") as f:
-            return f.read()
+        try:
+            with open(args.file, encoding="utf-8") as f:
+                prompt = f.read()
+        except OSError as exc:
+            raise BadInput(f"cannot read prompt file {args.file}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise BadInput(f"prompt file {args.file} is not UTF-8 text") from None
+        if not prompt:
+            raise BadInput(f"prompt file {args.file} is empty")
+        return prompt
+    if args.prompt == "":
+        raise BadInput("the prompt is empty (-p '')")
     return args.prompt if args.prompt is not None else DEFAULT_PROMPT
 
 
 def run(args) -> int:
-    from .. import api
     from ..config import EngineConfig
-    from ..defaults import default_pair
     from ..engine.request import Request
 
+    # Everything that can be checked without a model is checked first: bad input fails in a blink.
     if args.model_draft and not args.model:
-        raise ValueError("-md needs -m: a drafter is paired with the target it was trained for")
+        raise BadInput("-md needs -m: a drafter is paired with the target it was trained for")
+    prompt = _read_prompt(args)
+    sampling = dict(max_tokens=args.n_predict, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
+                    seed=args.seed)
+    Request(prompt, **sampling)
+    adaptive = args.draft_adaptive if args.draft_adaptive is not None else args.spec_synth_len is None
+    cfg = EngineConfig(
+        n_ctx_slot=args.ctx_size, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
+        draft_max=args.draft_max, adaptive=adaptive, synth_len=args.spec_synth_len,
+    )
+
+    from .. import api
+    from ..defaults import default_pair
+
     target, drafter, name = args.model, args.model_draft, None
     if target is None:
         d = default_pair()
         target, drafter, name = d.target, d.drafter, d.name
     if args.no_spec:
         drafter = None
-    prompt = _read_prompt(args)
-    sampling = dict(max_tokens=args.n_predict, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
-                    seed=args.seed)
-    Request(prompt or "x", **sampling)  # validate the flags before loading any model
-    cfg = EngineConfig(
-        n_ctx_slot=args.ctx_size, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
-        draft_max=args.draft_max, adaptive=args.draft_adaptive, synth_len=args.spec_synth_len,
-    )
-    with api.load(target, drafter, cfg) as llm:
+    with _load(api, target, drafter, cfg, args.allow_scale_mismatch) as llm:
         if args.json:
             res = llm.generate(prompt, **sampling)
-            print(json.dumps(_json_report(res, name or str(target)), indent=None))
+            print(json.dumps(_json_report(res, name or str(target), adaptive), indent=None))
             return 0
-        res = None
-        for ev in llm.stream(prompt, **sampling):
-            sys.stdout.write(ev.text)
-            sys.stdout.flush()
-            res = ev.result if ev.finished else res
-        sys.stdout.write("\n")
+        res = _stream_text(llm, prompt, sampling)
         _print_stats(res, name or str(target))
     return 0
 
 
-def _json_report(res, model: str) -> dict:
+def _load(api, target, drafter, cfg, allow_scale_mismatch: bool):
+    """api.load, with drafter errors phrased for this CLI: they name the file and suggest our own flag."""
+    from ..compat.inherit import TransformMismatch
+    from ..errors import IncompatibleDrafter
+
+    try:
+        return api.load(target, drafter, cfg, allow_scale_mismatch=allow_scale_mismatch)
+    except TransformMismatch as exc:
+        raise BadInput(f"{exc.fact} (pass --allow-scale-mismatch to use the drafter's value)") from None
+    except IncompatibleDrafter as exc:
+        msg = str(exc).splitlines()[0]
+        raise BadInput(msg if str(drafter) in msg else f"drafter {drafter}: {msg}") from None
+
+
+def _stream_text(llm, prompt: str, sampling: dict):
+    res = None
+    # closing(): an interrupted stream is closed (its request cancelled) while the engine is still open.
+    with contextlib.closing(llm.stream(prompt, **sampling)) as events:
+        try:
+            for ev in events:
+                sys.stdout.write(ev.text)
+                sys.stdout.flush()
+                res = ev.result if ev.finished else res
+        except KeyboardInterrupt:
+            sys.stdout.write("\n")  # leave the shell prompt on a line of its own
+            sys.stdout.flush()
+            raise
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    return res
+
+
+def _json_report(res, model: str, adaptive: bool) -> dict:
     st = res.stats.as_dict()
     return {
         "model": model,
         "text": res.text,
         "finish_reason": res.finish_reason,
         "synthetic": res.synthetic,
+        "draft_adaptive": adaptive,
         "n_prompt": st["n_prompt"],
         "n_generated": st["n_generated"],
+        "n_steps": st["n_steps"],
+        "n_draft_steps": res.stats.n_draft_steps,
         "n_drafted": st["n_drafted"],
         "n_accepted": st["n_accepted"],
         "accept_rate": st["accept_rate"],
@@ -109,7 +179,7 @@ def _print_stats(res, model: str) -> None:
         f"model:       {model}",
         f"n_prompt:    {st.n_prompt}",
         f"n_generated: {st.n_generated} ({res.finish_reason})",
-        f"n_drafted:   {st.n_drafted}",
+        f"n_drafted:   {st.n_drafted} in {st.n_draft_steps} of {st.n_steps} steps",
         f"n_accept:    {st.n_accepted}",
         f"accept:      {100 * st.accept_rate:.1f}%",
         f"tau:         {st.mean_accept_len:.3f} tokens/step (incl. bonus)",
@@ -122,24 +192,45 @@ def _print_stats(res, model: str) -> None:
 
 
 def _fail(msg: str) -> int:
-    print(f"pydflash-speculative: error: {msg}", file=sys.stderr)
+    print(f"{PROG}: error: {msg}", file=sys.stderr)
     return EXIT_BAD_INPUT
 
 
+def _reader_gone() -> int:
+    """stdout's reader closed the pipe (`| head -1`): stop quietly, like any Unix filter.
+
+    Python ignores SIGPIPE, so the write raised BrokenPipeError instead of killing us. Point stdout and stderr at
+    /dev/null so that the flush at exit cannot raise again (the recipe of the `signal` module's docs, "Note on
+    SIGPIPE"); the exit status is 0 because nothing went wrong on our side.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(devnull, stream.fileno())
+    return 0
+
+
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    if args.verbose:
-        import os
-
-        os.environ["PYDFLASH_VERBOSE"] = "1"
-    from ..errors import PydflashError
-
     try:
-        return run(args)
-    except (PydflashError, ValueError, OSError) as exc:
-        return _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        args = parse_args(argv)
+        if args.verbose:
+            os.environ["PYDFLASH_VERBOSE"] = "1"
+        from ..errors import PydflashError
+
+        try:
+            rc = run(args)
+            sys.stdout.flush()  # a closed pipe must surface here, not in the interpreter's flush at exit
+            return rc
+        except BrokenPipeError:  # an OSError, but not bad input
+            raise
+        except BadInput as exc:
+            return _fail(str(exc))
+        except (PydflashError, ValueError, OSError) as exc:
+            return _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    except BrokenPipeError:
+        return _reader_gone()
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -36,6 +36,19 @@ SCALE_KEY = "dflash.embedding_scale"
 SOFTCAP_KEY = "dflash.final_logit_softcapping"
 
 
+class TransformMismatch(IncompatibleDrafter):
+    """The drafter states an embedding scale or softcap that disagrees with its target.
+
+    ``fact`` says what disagrees, naming the drafter file. The way out depends on the caller (the Python API's
+    ``allow_scale_mismatch=True``, the CLI's ``--allow-scale-mismatch``): ``str()`` phrases it for the API, and
+    other front ends phrase their own from ``fact``.
+    """
+
+    def __init__(self, fact: str):
+        super().__init__(f"{fact} (pass allow_scale_mismatch=True to use the drafter's value)")
+        self.fact = fact
+
+
 @dataclass(frozen=True)
 class Transforms:
     embedding_scale: float | None  # multiplies the noise embeddings; None = unscaled
@@ -70,7 +83,7 @@ def drafter_overrides(target: Model, dmeta: GGUFMeta, allow_mismatch: bool = Fal
             overrides[key] = float(wanted)
             eff.append(wanted)
         elif have is not None and (wanted is None or not math.isclose(have, wanted, rel_tol=1e-4)):
-            _mismatch(what, have, wanted, target, allow_mismatch)
+            _mismatch(dmeta.path, what, have, wanted, target, allow_mismatch)
             eff.append(have)
         else:
             eff.append(have)
@@ -90,9 +103,9 @@ def _positive(value) -> float | None:
     return v if v > 0 else None
 
 
-def _mismatch(what: str, have: float, want: float | None, target: Model, allow: bool) -> None:
+def _mismatch(path: pathlib.Path, what: str, have: float, want: float | None, target: Model, allow: bool) -> None:
     need = f"{want:g}" if want is not None else "none"
-    msg = f"drafter {what} is {have:g} but the {target.arch} target needs {need}"
+    msg = f"drafter {path}: {what} is {have:g} but the {target.arch} target needs {need}"
     if not allow:
-        raise IncompatibleDrafter(msg + " (pass allow_scale_mismatch=True to use the drafter's value)")
+        raise TransformMismatch(msg)
     log.warning("%s; using the drafter's value as asked", msg)

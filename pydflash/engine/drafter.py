@@ -8,10 +8,14 @@ pollute the next draft.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from ..native import Context, TokenBatch
 from .slot import Slot
+
+log = logging.getLogger(__name__)
 
 MAX_PENDING_ROWS = 256
 
@@ -22,6 +26,7 @@ class Drafter:
         self.block_size = block_size
         self.mask_token = mask_token
         self.batch = TokenBatch(ctx.params.n_ubatch)
+        self.n_invalid = 0  # draft blocks cut at an id outside the vocabulary (see _valid_prefix)
 
     def inject(self, slots: list[Slot]) -> None:
         """Write every pending feature row of these slots into the drafter KV, in n_ubatch chunks."""
@@ -60,6 +65,21 @@ class Drafter:
         self.ctx.decode(b)
         drafts = {}
         for slot, start, k in where:
-            drafts[slot.seq] = self.ctx.picks(range(start + 1, start + 1 + k))
+            drafts[slot.seq] = self._valid_prefix(self.ctx.picks(range(start + 1, start + 1 + k)))
             self.ctx.seq_rm(slot.seq, slot.n_past)  # drop the noise block's own K/V
+        return drafts
+
+    def _valid_prefix(self, drafts: list[int]) -> list[int]:
+        """Drafts up to the first one that is not a vocabulary id. A backend sampler leaves -1 in a row it did not
+        sample, and CUDA's argmax returns -1 for a row of NaN or -inf logits (a broken or overflowing drafter);
+        such an id must never reach the target's batch. Drafts after it could not be accepted anyway (the
+        target's pick there is always a real token), so cutting the block loses nothing and output stays exact."""
+        n_vocab = self.ctx.n_vocab
+        for i, d in enumerate(drafts):
+            if not 0 <= d < n_vocab:
+                self.n_invalid += 1
+                if self.n_invalid == 1:
+                    log.warning("the drafter returned token id %d (no token: NaN/inf logits?); drafts are cut there",
+                                d)
+                return drafts[:i]
         return drafts

@@ -1,13 +1,21 @@
 """The step engine: many concurrent requests ("slots"), one DFlash transaction per step.
 
-    step():  admit -> plan drafts -> propose (one drafter forward) -> verify (one target forward)
+    step():  admit -> plan drafts -> propose (one drafter forward)
+             -> verify (one target forward, which also carries the next prompt chunk of slots still prefilling)
              -> accept + commit / rollback per slot
+
+Chunked prefill: admission only assigns a slot. Its prompt goes through the target in chunks of at most
+``n_batch`` tokens, one chunk per step, in the same forward as the other slots' verify spans, so a long prompt
+never freezes the running streams. A slot drafts and verifies from the step after its last chunk.
+
+Threading: an Engine is single-threaded (one owner calls submit / step / cancel); ``api.LLM`` adds the lock.
 
 Terms (draft block, anchor, accepted, bonus, commit, rollback, target features) are defined in ``accept.py``.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import time
@@ -18,7 +26,7 @@ import numpy as np
 
 from ..cache.config import CacheConfig
 from ..config import EngineConfig
-from ..errors import ContextOverflow, InvalidRequest, InvariantError
+from ..errors import ContextOverflow, EngineClosed, InvalidRequest, InvariantError
 from ..native import Context, ContextParams
 from ..pair import Pair
 from . import adaptive
@@ -67,7 +75,9 @@ class Engine:
                 causal=False,
             )
             self.drafter = Drafter(dctx, self.block_size, pair.mask_token)
+        self.closed = False
         self.slots: list[Optional[Slot]] = [None] * config.n_slots
+        self._admissions = itertools.count()  # admission order: the oldest prefilling slot gets the batch first
         self.queue: deque[tuple[Request, list[int]]] = deque()
         self.stats = Stats()
         self.costs = adaptive.StepCosts()
@@ -88,14 +98,18 @@ class Engine:
         return self.block_size - 1 if k is None else min(k, self.block_size - 1)
 
     def tokenize(self, req: Request) -> list[int]:
+        self._check_open()
         if isinstance(req.prompt, str):
             if not req.prompt:
                 raise InvalidRequest("empty prompt")
             return self.model.tokenize(req.prompt, add_special=req.add_special)
         return [int(t) for t in req.prompt]
 
-    def submit(self, req: Request) -> int:
-        """Validate and queue a request; raises InvalidRequest / ContextOverflow before any decoding."""
+    def prepare(self, req: Request) -> list[int]:
+        """Check that a request can run here and return its prompt tokens; raises InvalidRequest / ContextOverflow.
+        Nothing is queued."""
+        if not isinstance(req, Request):
+            raise InvalidRequest(f"expected a Request, got {type(req).__name__}")
         tokens = self.tokenize(req)
         if not tokens:
             raise InvalidRequest("empty prompt")
@@ -109,10 +123,27 @@ class Engine:
                 f"prompt ({len(tokens)}) + max_tokens ({req.max_tokens}) + draft block ({self.block_size}) = {need} "
                 f"exceeds the slot context ({self.config.n_ctx_slot})"
             )
-        self.queue.append((req, tokens))
+        if self.is_live(req.id):
+            raise InvalidRequest(f"request {req.id} is already queued or running")
+        return tokens
+
+    def submit(self, req: Request) -> int:
+        """Validate and queue a request; raises InvalidRequest / ContextOverflow before any decoding."""
+        self.queue.append((req, self.prepare(req)))
         return req.id
 
+    def submit_all(self, requests: Iterable[Request]) -> list[int]:
+        """Validate every request, then queue them all: one bad request queues none of them."""
+        reqs = list(requests)
+        ids = [r.id for r in reqs if isinstance(r, Request)]
+        if len(set(ids)) != len(ids):
+            raise InvalidRequest("the same request was given twice")
+        prepared = [(r, self.prepare(r)) for r in reqs]
+        self.queue.extend(prepared)
+        return ids
+
     def cancel(self, request_id: int) -> bool:
+        """Drop a queued or running request (its slot is freed at once); False if it is neither."""
         for i, (req, _) in enumerate(self.queue):
             if req.id == request_id:
                 del self.queue[i]
@@ -123,25 +154,62 @@ class Engine:
                 return True
         return False
 
+    def is_live(self, request_id: int) -> bool:
+        """Whether a request is queued or in a slot (it will still produce events)."""
+        return any(req.id == request_id for req, _ in self.queue) or any(
+            s is not None and s.request.id == request_id for s in self.slots)
+
     @property
     def has_work(self) -> bool:
         return bool(self.queue) or any(s is not None for s in self.slots)
 
     # --- the step -------------------------------------------------------------------------------------
     def step(self) -> list[Event]:
+        """One transaction for every slot; returns an event for each running request (none while prefilling)."""
+        self._check_open()
         self._admit()
         active = [s for s in self.slots if s is not None]
         if not active:
             return []
         clock = self._clock()
-        plan = [(s, self._n_drafts(s)) for s in active]                              # schedule
-        self._extract_features_if_needed(plan)
-        drafts = self.drafter.propose(plan) if self.drafter else {}                  # propose
-        verdicts = self.verifier.verify([(s, drafts.get(s.seq, [])) for s in active])  # verify
+        running = [s for s in active if s.prefilled]
+        prefilling = sorted((s for s in active if not s.prefilled), key=lambda s: s.admitted)
+        plan = [(s, self._n_drafts(s)) for s in running]                                 # schedule
+        chunks = self._prefill_chunks(plan, prefilling)
+        self._extract_features_if_needed(plan, chunks)
+        drafts = self.drafter.propose(plan + [(s, 0) for s in prefilling]) if self.drafter else {}  # propose
+        verdicts = self.verifier.verify([(s, drafts.get(s.seq, [])) for s in running], chunks)  # verify (+ prefill)
+        for slot, chunk in chunks:
+            self._prefilled(slot, len(chunk), *verdicts[slot.seq])
         t_commit = time.perf_counter()
-        events = [self._commit(s, drafts.get(s.seq, []), *verdicts[s.seq]) for s in active]  # accept + commit
-        self._account(active, max(k for _, k in plan), clock, time.perf_counter() - t_commit)
+        events = [self._commit(s, drafts.get(s.seq, []), *verdicts[s.seq]) for s in running]  # accept + commit
+        self._account(running, prefilling, max((k for _, k in plan), default=0), clock,
+                      time.perf_counter() - t_commit)
         return events
+
+    def _prefill_chunks(self, plan: list[tuple[Slot, int]], prefilling: list[Slot]) -> list[tuple[Slot, list[int]]]:
+        """The next prompt chunk of each prefilling slot, oldest admission first, in what the target batch has
+        left after the verify spans (each at most n_batch tokens). Spans take at most (n_slots - 1) x block when
+        a slot is prefilling and the target's n_batch is >= n_slots x block, so the oldest always progresses."""
+        room = self.target_ctx.params.n_batch - sum(1 + k for _, k in plan)
+        chunks = []
+        for slot in prefilling:
+            n = min(len(slot.prefill), room, self.config.n_batch)
+            if n <= 0:
+                break
+            chunks.append((slot, slot.prefill[:n]))
+            room -= n
+        return chunks
+
+    def _prefilled(self, slot: Slot, n: int, _picks, rows, pos0: int) -> None:
+        """n more prompt tokens of a prefilling slot are in the target KV (their features queued for the drafter)."""
+        if self.drafter is not None:
+            self._keep_features(slot, rows, pos0, n)
+        slot.n_past = pos0 + n
+        del slot.prefill[:n]
+        self.prompt_cache.after_commit(slot)  # SWA checkpoints every CacheConfig.checkpoint_every positions
+        if slot.prefilled:
+            self.prompt_cache.after_prefill(slot)  # and one at the end of the prompt
 
     def _n_drafts(self, slot: Slot) -> int:
         if self.drafter is None:
@@ -150,12 +218,14 @@ class Engine:
             return slot.draft_max
         return adaptive.choose_drafts(slot.policy, slot.draft_max, self.accept_prior, self.costs)
 
-    def _extract_features_if_needed(self, plan: list[tuple[Slot, int]]) -> None:
-        """Target features are needed this step if any slot drafts or is close to probing; a slot left without
-        them records a gap, and its drafter context restarts where they resume (``_keep_features``)."""
+    def _extract_features_if_needed(self, plan: list[tuple[Slot, int]], chunks: list) -> None:
+        """Target features are needed this step if any slot drafts or is close to probing, or a prompt chunk goes
+        through while new slots are likely to draft; a slot left without them records a gap, and its drafter
+        context restarts where they resume (``_keep_features``)."""
         if self.drafter is None:
             return
-        need = not self.config.adaptive or any(k > 0 or adaptive.wants_features(s.policy) for s, k in plan)
+        need = (not self.config.adaptive or any(k > 0 or adaptive.wants_features(s.policy) for s, k in plan)
+                or (bool(chunks) and adaptive.expects_drafting(self.accept_prior)))
         self.target_ctx.set_features(need)
         for slot, k in plan:
             if k > 0 and slot.feature_gap:  # drafting before any feature resumed (rare): start from no context
@@ -166,7 +236,6 @@ class Engine:
         if rows is None:
             slot.skip_features()
             return
-        slot.stats.n_feature_steps += 1
         if slot.feature_gap:
             self._restart_drafter(slot, pos0)
         slot.add_features(rows[:n], np.arange(pos0, pos0 + n, dtype=np.int32))
@@ -189,6 +258,7 @@ class Engine:
             self.target_ctx.seq_rm(slot.seq, pos0 + m + 1)
         if self.drafter is not None:
             self._keep_features(slot, rows, pos0, m + 1)
+            slot.stats.n_feature_steps += rows is not None
         slot.n_past = pos0 + m + 1
         slot.anchor = committed[-1]
         new_tokens, text = self._emit(slot, committed)
@@ -248,16 +318,20 @@ class Engine:
         dn = self.drafter.ctx.t_native if self.drafter else 0.0
         return time.perf_counter(), dn, self.target_ctx.t_native
 
-    def _account(self, active: list[Slot], max_drafts: int, clock, t_commit: float) -> None:
+    def _account(self, running: list[Slot], prefilling: list[Slot], max_drafts: int, clock, t_commit: float) -> None:
         """Split the step: draft = drafter native time, verify = target forward, commit = accept/rollback/emit,
-        host = the rest (batch building, feature copies, Python bookkeeping)."""
+        host = the rest (batch building, feature copies, Python bookkeeping). A slot still prefilling counts the
+        whole step as prefill time."""
         t0, dn0, tn0 = clock
         now, dn1, tn1 = self._clock()
         total = now - t0
         t_draft, t_verify = dn1 - dn0, tn1 - tn0
         split = (t_draft, t_verify, t_commit, max(0.0, total - t_draft - t_verify - t_commit))
-        self.costs.observe(max_drafts, total)
-        for st in [s.stats for s in active] + [self.stats]:
+        for slot in prefilling:
+            slot.stats.t_prefill += total
+        if not prefilling:  # a prompt chunk would make this step look expensive for its draft length
+            self.costs.observe(max_drafts, total)
+        for st in [s.stats for s in running] + [self.stats]:
             st.t_draft += split[0]
             st.t_verify += split[1]
             st.t_commit += split[2]
@@ -271,18 +345,17 @@ class Engine:
             free = [j for j, s in enumerate(self.slots) if s is None]
             i = self.prompt_cache.pick_slot(tokens, free, req.cache_prompt)
             draft = self._clamp_draft(req.draft_max if req.draft_max is not None else self.config.draft_max)
+            # the prompt but its last token goes through the target in chunks (step); the last is the first anchor
             slot = Slot(seq=i, request=req, prompt=tokens, draft_max=draft, stats=Stats(n_prompt=len(tokens)),
-                        text=TextStream(req.stop), policy=adaptive.new_slot_policy(self.accept_prior))
-            t = time.perf_counter()
+                        text=TextStream(req.stop), policy=adaptive.new_slot_policy(self.accept_prior),
+                        prefill=list(tokens[:-1]), anchor=tokens[-1], admitted=next(self._admissions))
             self.target_ctx.set_sampling(i, req.sampling)
-            if self.drafter is not None and (not self.config.adaptive or adaptive.expects_drafting(self.accept_prior)):
-                self.target_ctx.set_features(True)  # the prompt's features: this slot is likely to draft soon
-            # both KV caches and the feature bookkeeping brought to the longest usable cached prefix
+            # both KV caches and the feature bookkeeping brought to the longest usable cached prefix: only the rest
+            # of the prompt goes through the target
             n_cached = slot.stats.n_cached = self.prompt_cache.admit(slot, tokens, req.cache_prompt)
-            self.verifier.prefill(slot, tokens[n_cached:-1])
-            self.prompt_cache.after_prefill(slot)
-            slot.anchor = tokens[-1]
-            slot.stats.t_prefill += time.perf_counter() - t
+            del slot.prefill[:n_cached]
+            if slot.prefilled:
+                self.prompt_cache.after_prefill(slot)
             self.slots[i] = slot
 
     def _release(self, slot: Slot) -> None:
@@ -301,9 +374,8 @@ class Engine:
 
     # --- convenience ----------------------------------------------------------------------------------
     def run(self, requests: Iterable[Request]) -> dict[int, Result]:
-        """Submit all, step until done; results by request id."""
-        for r in requests:
-            self.submit(r)
+        """Submit all (all validated first), step until done; results by request id."""
+        self.submit_all(requests)
         results = {}
         while self.has_work:
             for ev in self.step():
@@ -315,7 +387,15 @@ class Engine:
         req = Request(prompt, **kw)
         return self.run([req])[req.id]
 
+    def _check_open(self) -> None:
+        if self.closed:
+            raise EngineClosed("this engine is closed: its contexts and models were freed")
+
     def close(self) -> None:
+        """Free the contexts (idempotent); any later call raises EngineClosed."""
+        if self.closed:
+            return
+        self.closed = True
         if self.drafter is not None:
             self.drafter.ctx.close()
         self.target_ctx.close()

@@ -3,54 +3,124 @@
 from __future__ import annotations
 
 import itertools
+import math
+import numbers
+import secrets
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
+from ..errors import InvalidRequest
 from .stats import Stats
 
 _ids = itertools.count()
 
 
+def _fail(msg: str):
+    raise InvalidRequest(msg)
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
 @dataclass
 class Request:
+    """One generation request. Every field is checked on construction (``InvalidRequest``, a ``ValueError``), so
+    the API, the CLI and the server refuse bad input before anything is queued.
+
+    Sampling (temperature 0 = greedy). Drafts stay the drafter's argmax; the target samples every verified
+    position on the backend and a draft is accepted iff it equals the target's sample there. For a
+    deterministic drafter that is exactly speculative sampling: draft d is kept with probability p(d), and on
+    a rejection the committed sample is distributed as p with d removed, renormalised.
+
+    Seeds. Without ``seed`` a request draws a fresh 32-bit seed from the OS (``secrets``), so unseeded requests
+    differ across calls and processes. With ``seed``, what is promised:
+    - the same request on the same engine configuration, run alone, gives the same output every time;
+    - each request's random stream belongs to its own sequence (the backend sampler chain of its slot), and
+      position j of the output always uses the j-th draw of that stream, whatever the draft length (llama.cpp
+      draws for a verify span from a scratch copy and advances the stream by the committed tokens only), so
+      other requests never consume this request's random numbers;
+    - NOT promised: the same output next to other requests. A forward over a different batch rounds
+      differently, and a draw that lands within float noise of a CDF boundary then picks a neighbouring token,
+      after which the text goes its own way (as in llama.cpp and vLLM).
+    """
+
     prompt: Union[str, Sequence[int]]
     max_tokens: int = 128
     stop: Sequence[str] = ()
     draft_max: Optional[int] = None  # None: the engine default (the trained block - 1); 0: no drafting
     ignore_eos: bool = False
     add_special: bool = True  # tokenizer BOS handling for string prompts
-    # Sampling (temperature 0 = greedy). Drafts stay the drafter's argmax; the target samples every verified
-    # position on the backend and a draft is accepted iff it equals the target's sample there. For a
-    # deterministic drafter that is exactly speculative sampling: draft d is kept with probability p(d), and on
-    # a rejection the committed sample is distributed as p with d removed, renormalised.
     temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: Optional[int] = None
+    top_k: int = 0  # 0: off
+    top_p: float = 1.0  # 1: off
+    seed: Optional[int] = None  # None: fresh entropy (see the class docstring)
     cache_prompt: bool = True  # reuse a cached prefix of the prompt (and keep this one for later requests)
     id: int = field(default_factory=lambda: next(_ids))
+    _seed: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self):
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise ValueError("max_tokens must be an integer >= 1")
-        if self.draft_max is not None and self.draft_max < 0:
-            raise ValueError("draft_max must be >= 0")
+        self._check_prompt()
+        if not _is_int(self.max_tokens) or self.max_tokens < 1:
+            _fail(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
         if isinstance(self.stop, str):
             self.stop = [self.stop]
-        if not self.temperature >= 0.0:  # also rejects NaN
-            raise ValueError("temperature must be >= 0")
-        if self.top_k < 0:
-            raise ValueError("top_k must be >= 0")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError("top_p must be in (0, 1]")
+        if not isinstance(self.stop, (list, tuple)) or not all(isinstance(s, str) for s in self.stop):
+            _fail(f"stop must be a string or a list of strings, got {self.stop!r}")
+        self.stop = list(self.stop)
+        if self.draft_max is not None and (not _is_int(self.draft_max) or self.draft_max < 0):
+            _fail(f"draft_max must be None or an integer >= 0, got {self.draft_max!r}")
+        for name in ("ignore_eos", "add_special", "cache_prompt"):
+            if not isinstance(getattr(self, name), bool):
+                _fail(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if not _is_real(self.temperature) or not (0.0 <= self.temperature < math.inf):  # also rejects NaN
+            _fail(f"temperature must be a finite number >= 0, got {self.temperature!r}")
+        if not _is_int(self.top_k) or self.top_k < 0:
+            _fail(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
+        if not _is_real(self.top_p) or not (0.0 < self.top_p <= 1.0):  # also rejects NaN
+            _fail(f"top_p must be a number in (0, 1], got {self.top_p!r}")
+        if self.seed is not None and not _is_int(self.seed):
+            _fail(f"seed must be None or an integer, got {self.seed!r}")
+        self.temperature, self.top_p = float(self.temperature), float(self.top_p)  # numpy scalars become Python's
+        self.max_tokens, self.top_k = int(self.max_tokens), int(self.top_k)
+        self.draft_max = None if self.draft_max is None else int(self.draft_max)
+        self._seed = int(self.seed) & 0xFFFFFFFF if self.seed is not None else secrets.randbits(32)
+
+    def _check_prompt(self) -> None:
+        """A non-empty str, or a non-empty sequence of integer token ids (stored as a list of int)."""
+        p = self.prompt
+        if isinstance(p, str):
+            if not p:
+                _fail("empty prompt")
+            return
+        if isinstance(p, (bytes, bytearray, memoryview)):
+            _fail("a prompt must be a str or a list of token ids, not bytes (decode it first)")
+        if not isinstance(p, (list, tuple, range)) and not (hasattr(p, "tolist") and hasattr(p, "dtype")):
+            _fail(f"a prompt must be a str or a list of token ids, got {type(p).__name__}")
+        if hasattr(p, "tolist"):  # a numpy array
+            if getattr(p, "ndim", 1) != 1 or p.dtype.kind not in "iu":
+                _fail("a token-id array must be one-dimensional with an integer dtype")
+            p = p.tolist()
+        bad = next((t for t in p if not _is_int(t)), None)
+        if bad is not None:
+            _fail(f"token ids must be integers, got {bad!r}")
+        if not p:
+            _fail("empty prompt")
+        neg = next((t for t in p if t < 0), None)
+        if neg is not None:
+            _fail(f"token id {neg} outside the vocabulary (ids are >= 0)")
+        self.prompt = [int(t) for t in p]
 
     @property
     def sampling(self) -> tuple:
         """What the backend sampler chain of this request's sequence must be (hashable, for reuse)."""
         if self.temperature == 0.0:
             return ("greedy",)
-        seed = self.seed if self.seed is not None else self.id
-        return ("dist", self.temperature, self.top_k, self.top_p, seed & 0xFFFFFFFF)
+        return ("dist", self.temperature, self.top_k, self.top_p, self._seed)
 
 
 @dataclass

@@ -32,6 +32,8 @@ class Slot:
     text: TextStream
     n_past: int = 0  # positions in the target KV: every committed token but the anchor
     anchor: int = -1  # last committed token, not yet through the target
+    prefill: list[int] = field(default_factory=list)  # prompt tokens (but the anchor) not yet through the target
+    admitted: int = 0  # admission order
     drafter_len: int = 0  # end of the positions whose features are in the drafter KV
     drafter_base: int = 0  # first of them: 0, or where features resumed after a gap (see ``restart_features``)
     pending: list[FeatureRows] = field(default_factory=list)  # features known, not yet injected
@@ -41,6 +43,11 @@ class Slot:
     generated: list[int] = field(default_factory=list)
     finish_reason: Optional[str] = None
     policy: SlotPolicy = field(default_factory=SlotPolicy)  # adaptive drafting state
+
+    @property
+    def prefilled(self) -> bool:
+        """The whole prompt but the anchor is in the target KV: the slot drafts and verifies."""
+        return not self.prefill
 
     @property
     def n_pending(self) -> int:

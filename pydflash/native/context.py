@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import DecodeError, KVSlotFull, RollbackError
+from ..errors import DecodeError, InvalidBatch, KVSlotFull, RollbackError
 from ._lib import (
     C, EmbdRow, batch_ext_add_embd, batch_ext_set_pos, get_sampled_token_ith, llama_get_embeddings_layer_inp,
     llama_set_embeddings_layer_inp,
@@ -61,6 +61,9 @@ class TokenBatch:
             self._seq_ptrs[i][0] = seq_id
         self.n = start + k
         return start
+
+    def seq_of(self, i: int) -> int:
+        return int(self._seq_ptrs[i][0])
 
     def native(self):
         self._b.n_tokens = self.n
@@ -152,7 +155,7 @@ class Context:
             C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
         else:
             _, temp, top_k, top_p, seed = spec
-            if top_k > 0:
+            if 0 < top_k < self.n_vocab:  # k >= n_vocab keeps every token; ggml_top_k asserts k <= its row length
                 C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_k(top_k))
             if top_p < 1.0:
                 C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_p(top_p, 1))
@@ -183,12 +186,26 @@ class Context:
             return
         if batch.n > self.params.n_batch or (not self.causal and batch.n > self.params.n_ubatch):
             raise ValueError(f"batch of {batch.n} tokens exceeds n_batch/n_ubatch of this context")
+        self._check_tokens(batch)
         t = time.perf_counter()
         rc = C.llama_decode(self._ptr, batch.native())
         if batch.n and batch.logits[: batch.n].any():
             C.llama_synchronize(self._ptr)  # outputs are read next: count the wait as native time
         self.t_native += time.perf_counter() - t
         _raise_for(rc, "llama_decode")
+
+    def _check_tokens(self, batch: TokenBatch) -> None:
+        """Every id must be a vocabulary token. llama.cpp reads -1 (LLAMA_TOKEN_NULL, what a backend sampler gives
+        for a row it did not sample, and CUDA's argmax for a row of NaN/-inf logits) as "no token" and fails the
+        whole batch with "all entries in the batch must have the same content types"; name the culprit instead."""
+        toks = batch.token[: batch.n]
+        bad = np.flatnonzero((toks < 0) | (toks >= self.n_vocab))
+        if len(bad):
+            i = int(bad[0])
+            raise InvalidBatch(
+                f"token id {int(toks[i])} at batch index {i} (sequence {batch.seq_of(i)}, position {int(batch.pos[i])}) "
+                f"is outside the vocabulary [0, {self.n_vocab}) of {self.model.path.name}; the batch was not decoded"
+            )
 
     def inject(self, rows: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray) -> None:
         """Decode a batch of embedding rows (DFlash: target features written into the drafter's KV).

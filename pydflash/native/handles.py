@@ -168,6 +168,20 @@ class Model:
     def detokenize(self, tokens, special: bool = False) -> bytes:
         return b"".join(self.token_to_piece(int(t), special) for t in tokens)
 
+    def detokenize_text(self, tokens, remove_special: bool = True) -> bytes:
+        """llama.cpp's own inverse of ``tokenize`` (drops the SentencePiece space prefix and BOS/EOS text), for
+        /detokenize; ``detokenize`` joins raw pieces, which streaming needs."""
+        n = len(tokens)
+        arr = (C.llama_token * max(n, 1))(*[int(t) for t in tokens])
+        cap = 8 * n + 16
+        buf = ctypes.create_string_buffer(cap)
+        got = C.llama_detokenize(self._vocab, arr, n, buf, cap, remove_special, False)
+        if got < 0:  # buffer too small: -got is the size needed
+            cap = -got
+            buf = ctypes.create_string_buffer(cap)
+            got = C.llama_detokenize(self._vocab, arr, n, buf, cap, remove_special, False)
+        return buf.raw[:got]
+
 
 @dataclass(frozen=True)
 class ContextParams:

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Runs ON the device machine, from the repo root. Steps (one per call, the machine kept warm in between: it is
 # given back after 30 s idle, and the build and the model live only on it):
-#   remote.sh start   unpack g1, start the CUDA build detached (survives the call)
+#   remote.sh start   unpack g1 (source, pure-Python packages, the server's wheels), start the CUDA build detached
+#                     (survives the call), check that the server's imports resolve
 #   remote.sh part N  stash model part from gN
 #   remote.sh costs   wait for the build, assemble the model, scripts/step_costs.py with the batched argmax of
 #                     patches/0003 and with upstream's per-row argmax (PYDFLASH_PER_ROW_GREEDY)
 #   remote.sh bench   scripts/bench.py, all modes: 1 request x 512 tokens, 8 requests x 256 tokens
 #   remote.sh long    adaptive modes only, long requests: 1 x 900 tokens (6 rounds), 8 x 600 tokens (4 rounds)
 #   remote.sh eval    the held-out drafter evaluation (scripts/eval_drafter.py)
+#   remote.sh repro   issue 12 item 2: random drafters through the engine on the GPU (scripts/device/repro_random_drafter.py),
+#                     PYDFLASH_VERBOSE=1, the whole log to $OUT/repro_gpu.log
+#   remote.sh server  scripts/bench_server.py against pydflash-server -ngl -1: spec / plain / fixed block at 1, 4, 16
+#                     clients, plus the long-prefill probe
 # Results go to $OUT; each of costs/bench/long/eval fits one 10-minute call.
 set -euo pipefail
 W=/root/pydflash-dev
@@ -21,22 +26,27 @@ use_build() {
     fi
     mkdir -p .cache/models pydflash/models
     ln -sf $W/gemma.gguf .cache/models/gemma-3-270m-q4_k_m.gguf
-    cp $W/gemma-3-270m-dflash-q8_0.gguf pydflash/models/  # the shipped drafter travels in g1 (64 MiB per call)
+    [ -f pydflash/models/gemma-3-270m-dflash-q8_0.gguf ]  # the shipped drafter is tracked: it travels with the tree
     export PYTHONPATH=$W/site:$PWD PYDFLASH_LIB_DIR=$W/llama.cpp/build/bin PYTHONUNBUFFERED=1
+    export PYDFLASH_TREE_COMMIT="$(cat $W/commit.txt)"
 }
 
 BENCH="python3 scripts/bench.py --ngl -1 --threads 8"
 ADAPTIVE="adaptive, random drafter;adaptive, random drafter, 32k head;trained drafter, adaptive"
 case "$1" in
 start)
-    cp .device-bench/g1/* $W/
+    cp -r .device-bench/g1/* $W/
     cd $W && mkdir -p site && tar xzf site.tgz -C site && tar xzf src.tgz
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $W/site whl/*.whl
     # our patches are already applied in the carried vendor tree
     setsid nohup bash -c "cd $W/llama.cpp && cmake -S . -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
         -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
         > $W/configure.log 2>&1 && cmake --build build -j16 --target llama > $W/build.log 2>&1; echo \$? > $W/build.rc" \
         > /dev/null 2>&1 &
-    echo started build; nvidia-smi --query-gpu=name,memory.total --format=csv ;;
+    echo started build; nvidia-smi --query-gpu=name,memory.total --format=csv
+    PYTHONPATH=$W/site python3 -c 'import fastapi, starlette, pydantic, uvicorn, sse_starlette, prometheus_client, jinja2,
+import httpx, gguf, numpy; print("imports ok", fastapi.__version__, pydantic.__version__)' 2>&1 |
+        grep -v "^$" || true ;;
 part)
     cp .device-bench/g$2/part* $W/ && ls -la $W | tail -3 ;;
 costs)
@@ -60,4 +70,13 @@ long)  # remote.sh long [1] [8]: which concurrencies (default both)
 eval)
     use_build
     python3 scripts/eval_drafter.py --ngl -1 --threads 8 --n 40 --tokens 256 --out $OUT/drafter_eval_gpu.json ;;
+repro)
+    use_build
+    set -o pipefail
+    PYDFLASH_VERBOSE=1 python3 scripts/device/repro_random_drafter.py --ngl -1 --out $OUT/repro_gpu.json \
+        2>&1 | tee $OUT/repro_gpu.log | grep -v "^llama_model_loader\|^load_tensors\|^print_info" | tail -c 9000 ;;
+server)  # remote.sh server [bench_server.py args...]
+    use_build
+    python3 scripts/bench_server.py --start "-ngl -1 -np 16 -c 8192 -t 8" --modes spec,plain,fixed --fixed-k 15 \
+        --clients 1,4,16 --requests 4 --tokens 128 --stream-tokens 2048 --out $OUT/server_gpu.json --log-dir $OUT "${@:2}" ;;
 esac

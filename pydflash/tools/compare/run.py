@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from .errors import BadInput
 from .gguf_side import GGUFFile, GGUFTensor, dequantize_rows
 from .metrics import ErrorStats, load_tolerances, tolerance_for
 from .names import NameMap, is_generated, is_shared, name_map_for, to_gguf
@@ -30,6 +31,8 @@ def compare(source: str | Path, gguf: str | Path, only: str | None = None,
     nmap = name_map_for(gf.arch)
     report = Report(str(source), str(gguf), gf.arch)
     pairs = _inventory(src, gf, nmap, _matcher(only), report)
+    if only and not pairs and not report.tensors:  # a typo in the pattern must not read as "result: OK"
+        raise BadInput(f"--only {only!r} matches no tensor name in {source} or {gguf}")
     if progress is None:
         progress = sys.stderr.isatty()
     total = sum(int(np.prod(s.shape, dtype=np.int64)) for s, _ in pairs)

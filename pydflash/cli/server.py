@@ -1,0 +1,112 @@
+"""pydflash-server: an OpenAI-compatible server with DFlash speculative decoding, over one or several model pairs.
+
+    pydflash-server                          the embedded default pair (Gemma-3-270M + the shipped drafter)
+    pydflash-server -m TARGET [-md DRAFTER]  one pair
+    pydflash-server --config models.toml     named presets, loaded lazily, at most --max-resident at once
+
+Bad flags or a bad config print one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not the usage block
+        sys.stderr.write(f"pydflash-server: error: {message}\n")
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = _Parser(prog="pydflash-server", description=__doc__.splitlines()[0])
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--config", help="models.toml with named presets")
+    src.add_argument("-m", "--model", help="target GGUF")
+    p.add_argument("-md", "--model-draft", help="DFlash drafter GGUF for -m")
+    p.add_argument("--alias", default=None, help="the model name clients use with -m (default: the file's stem)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--api-key", default=os.environ.get("PYDFLASH_API_KEY"),
+                   help="require Authorization: Bearer KEY (default: $PYDFLASH_API_KEY)")
+    p.add_argument("--max-resident", type=int, default=2, help="model workers loaded at once (LRU eviction)")
+    p.add_argument("--max-body-mb", type=float, default=16.0, help="largest request body (413 above)")
+    p.add_argument("--no-preload", action="store_true", help="load the default model on its first request")
+    g = p.add_argument_group("the pair of -m (or the embedded default)")
+    g.add_argument("-np", "--parallel", type=int, default=4, help="slots (concurrent requests)")
+    g.add_argument("-c", "--ctx-size", type=int, default=4096, help="context of each slot")
+    g.add_argument("-b", "--batch-size", type=int, default=512, help="prefill chunk")
+    g.add_argument("-t", "--threads", type=int, default=0, help="threads (0 = llama.cpp default)")
+    g.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, help="layers on the GPU (-1 = all)")
+    g.add_argument("--draft-max", type=int, default=None, help="drafts per step (default: trained block - 1)")
+    g.add_argument("--no-draft-adaptive", action="store_true",
+                   help="always draft --draft-max tokens (default: shrink drafting while it does not pay)")
+    g.add_argument("--no-spec", action="store_true", help="plain decoding through the same engine")
+    g.add_argument("--chat-template", default=None, help="a built-in template NAME (gemma, chatml) or a FILE")
+    g.add_argument("--max-queue", type=int, default=64, help="requests waiting for a slot before 429")
+    p.add_argument("-v", "--verbose", action="store_true", help="log requests and model loads")
+    return p.parse_args(argv)
+
+
+def build_models(args):
+    from ..server.preset import EMBEDDED, Preset, ServerModels, load_models_toml
+
+    if args.config:
+        if args.model_draft:
+            raise ValueError("-md goes with -m; drafters of --config presets are set in the config")
+        return load_models_toml(args.config)
+    if args.model_draft and not args.model:
+        raise ValueError("-md needs -m: a drafter is paired with the target it was trained for")
+    target = os.path.abspath(args.model) if args.model else EMBEDDED
+    drafter = os.path.abspath(args.model_draft) if args.model_draft else None
+    if args.no_spec:
+        drafter = ""
+    if args.model:
+        if not os.path.isfile(target):
+            raise ValueError(f"no such model file: {args.model}")
+        if args.model_draft and not os.path.isfile(drafter):
+            raise ValueError(f"no such drafter file: {args.model_draft}")
+    name = args.alias or (os.path.splitext(os.path.basename(args.model))[0] if args.model else "default")
+    preset = Preset(name=name, target=target, drafter=drafter, n_slots=args.parallel, n_ctx_slot=args.ctx_size,
+                    n_batch=args.batch_size, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
+                    draft_max=args.draft_max, draft_adaptive=not args.no_draft_adaptive,
+                    chat_template=args.chat_template, max_queue=args.max_queue)
+    return ServerModels({name: preset}, name)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        models = build_models(args)
+        if args.max_resident < 1:
+            raise ValueError("--max-resident must be >= 1")
+        if not 1 <= args.port <= 65535:
+            raise ValueError("--port must be in 1..65535")
+    except ValueError as exc:  # ConfigError is a ValueError too
+        sys.stderr.write(f"pydflash-server: error: {exc}\n")
+        return EXIT_BAD_INPUT
+
+    import uvicorn
+
+    from ..server.app import create_app
+
+    app = create_app(models, api_key=args.api_key or None, max_resident=args.max_resident,
+                     max_body_bytes=int(args.max_body_mb * 1024 * 1024), preload=not args.no_preload,
+                     log_level="info" if args.verbose else "warning")
+    log = logging.getLogger("pydflash.server")
+    log.warning("serving %s on http://%s:%d (models: %s)", "with an API key" if args.api_key else "without an API key",
+                args.host, args.port, ", ".join(models.presets))
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning",
+                access_log=args.verbose, timeout_graceful_shutdown=5)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""The public OpenAI-compatible app: authentication, size limits, model selection, and a proxy to the workers.
+
+Bodies are validated here against the same pydantic schemas the workers use, so bad input is answered 4xx
+without touching a worker and ``/openapi.json`` documents every body. The validated request then goes, byte for
+byte, to the worker of its model over a Unix socket; answers and SSE streams come back unchanged. A worker that
+dies mid-request gives its client a 503 (or, mid-stream, an error event then ``[DONE]``).
+
+Public routes (no API key needed): ``PUBLIC_ROUTES``. Everything else needs ``Authorization: Bearer KEY`` when
+the server has an API key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import time
+from typing import Optional
+
+import httpx
+from fastapi import Depends, FastAPI, Request as HTTPRequest
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from . import metrics
+from . import schemas as S
+from .errors import AuthenticationError, envelope, install, log_safe, responses
+from .limits import BodyLimit
+from .preset import ServerModels
+from .router import ModelUnavailable, Router
+
+log = logging.getLogger(__name__)
+PUBLIC_ROUTES = frozenset({"/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+DISCONNECT_POLL_S = 0.25
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+def create_app(models: ServerModels, api_key: Optional[str] = None, max_resident: int = 2,
+               max_body_bytes: int = MAX_BODY_BYTES, preload: bool = True, log_level: str = "warning") -> FastAPI:
+    router = Router(models, max_resident=max_resident, log_level=log_level)
+
+    async def authenticate(http: HTTPRequest) -> None:
+        if api_key is None or http.url.path in PUBLIC_ROUTES:
+            return
+        header = http.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), api_key.encode()):
+            raise AuthenticationError("invalid or missing API key (send Authorization: Bearer KEY)")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        await router.startup(preload=preload)
+        yield
+        await router.shutdown()
+
+    app = FastAPI(title="pydflash", version="0.1.0", dependencies=[Depends(authenticate)], lifespan=lifespan,
+                  description="OpenAI-compatible server with DFlash speculative decoding over llama.cpp")
+    install(app)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.state.router = router
+
+    # --- generation -----------------------------------------------------------------------------------------------
+    @app.post("/v1/completions", response_model=S.CompletionResponse, responses=_responses(S.CompletionChunk))
+    async def completions(body: S.CompletionRequest, http: HTTPRequest):
+        return await _forward(router, "/v1/completions", body.model, body.stream, http)
+
+    @app.post("/v1/chat/completions", response_model=S.ChatCompletionResponse, responses=_responses(S.ChatChunk))
+    async def chat_completions(body: S.ChatCompletionRequest, http: HTTPRequest):
+        return await _forward(router, "/v1/chat/completions", body.model, body.stream, http)
+
+    @app.post("/tokenize", response_model=S.TokenizeResponse, responses=_responses())
+    async def tokenize(body: S.TokenizeRequest, http: HTTPRequest):
+        return await _forward(router, "/tokenize", body.model, False, http)
+
+    @app.post("/detokenize", response_model=S.DetokenizeResponse, responses=_responses())
+    async def detokenize(body: S.DetokenizeRequest, http: HTTPRequest):
+        return await _forward(router, "/detokenize", body.model, False, http)
+
+    # --- status ---------------------------------------------------------------------------------------------------
+    @app.get("/v1/models", response_model=S.ModelList)
+    async def list_models():
+        status = router.status()
+        created = int(time.time())
+        return S.ModelList(data=[
+            S.ModelCard(id=name, created=created,
+                        meta=S.ModelMeta(resident=status[name] == "ready", default=name == models.default))
+            for name in models.presets])
+
+    @app.get("/health", response_model=S.HealthResponse,
+             responses={503: {"model": S.HealthResponse, "description": "a model is loading or restarting"}})
+    async def health():
+        status = router.status()
+        bad = {k: v for k, v in status.items() if v in ("loading", "restarting")}
+        if not bad:
+            return S.HealthResponse(status="ok")
+        why = ", ".join(f"{log_safe(k)} {v}" for k, v in bad.items())
+        body = S.HealthResponse(status="loading" if "loading" in bad.values() else "error", message=why)
+        return JSONResponse(body.model_dump(), status_code=503)
+
+    @app.get("/metrics", response_class=Response)
+    async def prometheus_metrics():
+        data, content_type = metrics.exposition()
+        return Response(data, media_type=content_type)
+
+    return app
+
+
+def _responses(chunk=None) -> dict:
+    """OpenAPI for what a generation route can answer: the error envelope, and with stream=true an SSE stream of
+    ``chunk`` JSON objects (then ``data: [DONE]``)."""
+    out = responses(400, 401, 404, 413, 429, 503)
+    if chunk is not None:
+        event = {"type": "object", "properties": {"data": {"type": "string"}}, "required": ["data"]}
+        out[200] = {"content": {"text/event-stream": {"schema": event}},
+                    "description": f"JSON, or with stream=true server-sent events, each `data:` a {chunk.__name__}"}
+    return out
+
+
+async def _forward(router: Router, path: str, model: Optional[str], stream: bool, http: HTTPRequest):
+    raw = await http.body()
+    w = await router.acquire(model)
+    released = False
+    try:
+        headers = {"content-type": "application/json"}
+        if stream:
+            req = w.client.build_request("POST", path, content=raw, headers=headers)
+            try:
+                resp = await w.client.send(req, stream=True)
+            except httpx.TransportError as exc:
+                raise _worker_gone(w, exc)
+            if resp.status_code != 200:  # refused before any SSE byte: relay the error as it is
+                body = await resp.aread()
+                await resp.aclose()
+                return Response(body, status_code=resp.status_code, headers=_relayed(resp))
+            released = True  # the relay releases the worker when the stream ends
+            return StreamingResponse(_relay(router, w, resp), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        resp = await _send_watching(w.client, path, raw, headers, http)
+        return Response(resp.content, status_code=resp.status_code, headers=_relayed(resp))
+    except httpx.TransportError as exc:
+        raise _worker_gone(w, exc)
+    finally:
+        if not released:
+            router.release(w)
+
+
+async def _send_watching(client: httpx.AsyncClient, path: str, raw: bytes, headers: dict,
+                         http: HTTPRequest) -> httpx.Response:
+    """POST to the worker; if our client disconnects first, cancel it (which closes the worker's connection and so
+    cancels the generation there)."""
+    task = asyncio.ensure_future(client.post(path, content=raw, headers=headers))
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await http.is_disconnected():
+                task.cancel()
+                return httpx.Response(499)  # nobody reads it: the client is gone (nginx's "client closed")
+    finally:
+        if not task.done():
+            task.cancel()
+
+
+async def _relay(router: Router, w, resp: httpx.Response):
+    try:
+        async for chunk in resp.aiter_raw():
+            yield chunk
+    except httpx.TransportError as exc:  # the worker died mid-stream: tell the client, then end the stream
+        err = _worker_gone(w, exc)
+        yield f"data: {json.dumps(envelope(err))}\n\n".encode()
+        yield b"data: [DONE]\n\n"
+    finally:
+        await resp.aclose()
+        router.release(w)
+
+
+def _relayed(resp: httpx.Response) -> dict:
+    keep = {"content-type", "retry-after"}
+    return {k: v for k, v in resp.headers.items() if k.lower() in keep}
+
+
+def _worker_gone(w, exc: Exception) -> ModelUnavailable:
+    log.error("lost the worker of model %s: %s", log_safe(w.preset.name), exc)
+    return ModelUnavailable(f"the worker serving {w.preset.name!r} failed; retry shortly")

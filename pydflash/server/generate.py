@@ -1,0 +1,312 @@
+"""OpenAI completions and chat completions over one engine loop (the worker side of the server).
+
+A handler turns the validated body into engine ``Request``s, submits them to the loop and waits for each to be
+accepted, so every bad input (an out-of-vocabulary id, a prompt that does not fit) is a 4xx before any stream
+byte. Then it either collects the events into one response or streams them as SSE chunks. A client that goes away
+cancels its requests at once, which frees their slots on the loop's next turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Optional, Sequence
+
+from sse_starlette.sse import EventSourceResponse
+from starlette.requests import Request as HTTPRequest
+
+from ..engine.request import Event, Request, Result
+from ..errors import InvalidRequest, PydflashError
+from . import schemas as S
+from .chat import ChatTemplate
+from .errors import envelope, to_api_error
+from .loop import ACCEPTED, EngineLoop, Sink
+from .metrics import REQUESTS, StepRecorder
+from .scoring import ScoreService
+
+log = logging.getLogger(__name__)
+DISCONNECT_POLL_S = 0.25
+SEND_TIMEOUT_S = 30.0
+
+
+class ClientGone(Exception):
+    """The HTTP client disconnected; its requests were cancelled."""
+
+
+@dataclass
+class Call:
+    """One HTTP call: its engine requests (one per prompt) and what has come back for them."""
+
+    kind: str  # "completion" or "chat"
+    model: str
+    reqs: list[Request]
+    prompts: list[list[int]]  # the tokens of each prompt (for usage, echo and logprobs)
+    sink: Sink = field(default_factory=Sink)
+    id: str = ""
+    created: int = field(default_factory=lambda: int(time.time()))
+    results: dict[int, Result] = field(default_factory=dict)
+    backlog: list = field(default_factory=list)  # replies read while waiting for acceptances, not yet consumed
+    checked: float = 0.0  # when the client was last checked for a disconnect (monotonic)
+
+    def index(self, request_id: int) -> int:
+        return next(i for i, r in enumerate(self.reqs) if r.id == request_id)
+
+
+class Generation:
+    def __init__(self, loop: EngineLoop, model: str, template: ChatTemplate, recorder: StepRecorder,
+                 scorer: ScoreService):
+        self.loop = loop
+        self.model = model
+        self.template = template
+        self.recorder = recorder
+        self.scorer = scorer
+
+    # --- endpoints ------------------------------------------------------------------------------------------------
+    async def completion(self, body: S.CompletionRequest, http: HTTPRequest):
+        if body.stream and body.logprobs is not None:
+            raise InvalidRequest("logprobs are not supported with stream=true; use a non-streamed request")
+        prompts = await self._completion_prompts(body.prompts())
+        call = Call("completion", self.model, [self._request(p, body) for p in prompts], prompts,
+                    id="cmpl-" + uuid.uuid4().hex)
+        await self._start(call)
+        if body.stream:
+            return self._stream(call, http, body, echo_text=await self._echo_texts(call) if body.echo else None)
+        await self._collect(call, http)
+        choices = []
+        for i, req in enumerate(call.reqs):
+            res = call.results[req.id]
+            text = res.text
+            logprobs = None
+            if body.logprobs is not None:
+                logprobs = await self.scorer.completion_logprobs(call.prompts[i], res.tokens, body.logprobs, body.echo)
+            if body.echo:
+                text = (await self._echo_texts(call))[i] + text
+            choice = S.CompletionChoice(index=i, text=text, finish_reason=res.finish_reason, logprobs=logprobs)
+            if body.return_tokens:
+                choice.tokens = list(res.tokens)
+            choices.append(choice)
+        self._count(call, "ok")
+        return S.CompletionResponse(id=call.id, created=call.created, model=self.model, choices=choices,
+                                    usage=self._usage(call), timings=self._timings(call))
+
+    async def chat(self, body: S.ChatCompletionRequest, http: HTTPRequest):
+        if body.stream and body.logprobs:
+            raise InvalidRequest("logprobs are not supported with stream=true; use a non-streamed request")
+        text = self.template.render(body.template_messages(), add_generation_prompt=True)
+        add_special = not self.template.emits_bos
+        tokens = await self.loop.call(lambda e: e.model.tokenize(text, add_special=add_special, parse_special=True))
+        if not tokens:
+            raise InvalidRequest("the rendered chat prompt is empty")
+        call = Call("chat", self.model, [self._request(tokens, body)], [tokens], id="chatcmpl-" + uuid.uuid4().hex)
+        await self._start(call)
+        if body.stream:
+            return self._stream(call, http, body)
+        await self._collect(call, http)
+        res = call.results[call.reqs[0].id]
+        logprobs = None
+        if body.logprobs:
+            logprobs = await self.scorer.chat_logprobs(tokens, res.tokens, body.top_logprobs or 0)
+        choice = S.ChatChoice(index=0, message=S.ChatMessageOut(role="assistant", content=res.text),
+                              finish_reason=res.finish_reason, logprobs=logprobs)
+        if body.return_tokens:
+            choice.tokens = list(res.tokens)
+        self._count(call, "ok")
+        return S.ChatCompletionResponse(id=call.id, created=call.created, model=self.model, choices=[choice],
+                                        usage=self._usage(call), timings=self._timings(call))
+
+    # --- requests -------------------------------------------------------------------------------------------------
+    async def _completion_prompts(self, prompts) -> list[list[int]]:
+        """Each prompt as tokens: strings are tokenized with BOS, as llama-server does."""
+        out = []
+        for p in prompts:
+            if isinstance(p, str):
+                toks = await self.loop.call(lambda e, p=p: e.model.tokenize(p, add_special=True))
+            else:
+                toks = list(p)
+            if not toks:
+                raise InvalidRequest("empty prompt")
+            out.append(toks)
+        return out
+
+    def _request(self, tokens: Sequence[int], body) -> Request:
+        draft_max = None
+        spec = body.speculative
+        if spec is not None:
+            draft_max = 0 if not spec.enabled else spec.n_max
+        kw = dict(max_tokens=self._max_tokens(body, len(tokens)), stop=list(body.stop), temperature=body.temperature, top_k=body.top_k or 0,
+                  top_p=body.top_p, seed=body.seed, draft_max=draft_max, ignore_eos=body.ignore_eos)
+        if "cache_prompt" in Request.__dataclass_fields__:
+            kw["cache_prompt"] = body.cache_prompt
+        try:
+            return Request(list(tokens), **kw)
+        except ValueError as exc:  # Request validates its own fields; anything it refuses is the client's
+            raise InvalidRequest(str(exc)) from exc
+
+    def _max_tokens(self, body, n_prompt: int) -> int:
+        """The body's limit; for chat without one, whatever the slot still holds (as OpenAI's default)."""
+        n = body.max_tokens  # the schema fills OpenAI's default for completions; None for chat
+        if n is not None:
+            return n
+        engine = self.loop.engine  # immutable sizes only: the loop thread owns everything else
+        return max(1, engine.config.n_ctx_slot - n_prompt - engine.block_size)
+
+    async def _start(self, call: Call) -> None:
+        """Submit every request and wait until each is accepted; on any refusal cancel the others and raise."""
+        now = time.monotonic()
+        for r in call.reqs:
+            self.recorder.started[r.id] = now
+            self.loop.submit(r, call.sink)
+        pending = {r.id for r in call.reqs}
+        error: Optional[BaseException] = None
+        while pending:
+            rid, item = await call.sink.get()
+            if item is ACCEPTED or item == ACCEPTED:
+                pending.discard(rid)
+            elif isinstance(item, BaseException):
+                pending.discard(rid)
+                error = error or item
+            else:  # an event can overtake another request's acceptance: keep it for the reader
+                call.backlog.append((rid, item))
+        if error is not None:
+            self._cancel(call)
+            self._count(call, "rejected")
+            raise error
+
+    def _cancel(self, call: Call) -> None:
+        for r in call.reqs:
+            if r.id not in call.results:
+                self.loop.cancel(r.id)
+            self.recorder.forget(r.id)
+
+    async def _next(self, call: Call, http: HTTPRequest):
+        """The next (request id, event | error). The client is checked for a disconnect every DISCONNECT_POLL_S
+        while waiting and between events (events can arrive faster than that for as long as it generates)."""
+        if call.backlog:
+            return call.backlog.pop(0)
+        get = asyncio.ensure_future(call.sink.get())
+        try:
+            while True:
+                now = time.monotonic()
+                if now - call.checked >= DISCONNECT_POLL_S:
+                    call.checked = now
+                    if await http.is_disconnected():
+                        raise ClientGone()
+                done, _ = await asyncio.wait({get}, timeout=DISCONNECT_POLL_S)
+                if done:
+                    return get.result()
+        finally:
+            if not get.done():
+                get.cancel()
+
+    async def _collect(self, call: Call, http: HTTPRequest) -> None:
+        try:
+            while len(call.results) < len(call.reqs):
+                rid, item = await self._next(call, http)
+                if isinstance(item, BaseException):
+                    raise item
+                if item.finished:
+                    call.results[rid] = item.result
+        except BaseException:
+            self._cancel(call)
+            self._count(call, "error")
+            raise
+
+    # --- streaming ------------------------------------------------------------------------------------------------
+    def _stream(self, call: Call, http: HTTPRequest, body, echo_text: Optional[list[str]] = None):
+        # send_timeout: a client that stops reading frees its slot instead of holding it (checklist 16)
+        frames = self._frames(call, http, body.include_usage, echo_text, body.return_tokens)
+        return EventSourceResponse(frames, ping=15, sep="\n", send_timeout=SEND_TIMEOUT_S)
+
+    async def _frames(self, call: Call, http: HTTPRequest, include_usage: bool, echo_text: Optional[list[str]],
+                      return_tokens: bool) -> AsyncIterator[dict]:
+        chunk = _ChunkMaker(call, return_tokens)
+        try:
+            if call.kind == "chat":
+                yield chunk.frame(0, role="assistant", text="")
+            for i, t in enumerate(echo_text or []):
+                yield chunk.frame(i, text=t)
+            while len(call.results) < len(call.reqs):
+                rid, item = await self._next(call, http)
+                if isinstance(item, BaseException):
+                    self._count(call, "error")
+                    yield {"data": json.dumps({"error": _error_body(item)})}
+                    yield {"data": "[DONE]"}
+                    return
+                i = call.index(rid)
+                if item.text or (return_tokens and item.tokens):
+                    yield chunk.frame(i, text=item.text, tokens=item.tokens)
+                if item.finished:
+                    call.results[rid] = item.result
+                    yield chunk.frame(i, finish=item.result.finish_reason)
+            if include_usage:
+                yield chunk.usage(self._usage(call), self._timings(call))
+            self._count(call, "ok")
+            yield {"data": "[DONE]"}
+        finally:  # also on client disconnect (the generator is cancelled) or an error above
+            if len(call.results) < len(call.reqs):
+                self._cancel(call)
+                self._count(call, "cancelled")
+
+    # --- response parts -------------------------------------------------------------------------------------------
+    async def _echo_texts(self, call: Call) -> list[str]:
+        return [await self.loop.call(lambda e, p=p: e.model.detokenize(p).decode("utf-8", "replace"))
+                for p in call.prompts]
+
+    def _usage(self, call: Call) -> S.Usage:
+        prompt = sum(len(p) for p in call.prompts)
+        done = list(call.results.values())
+        completion = sum(len(r.tokens) for r in done)
+        cached = sum(getattr(r.stats, "n_cached", 0) for r in done)
+        return S.Usage.of(prompt, completion, cached)
+
+    def _timings(self, call: Call) -> S.Timings:
+        st = [r.stats for r in call.results.values()]
+        return S.Timings.of(
+            prompt_n=sum(s.n_prompt for s in st), prompt_ms=1000 * sum(s.t_prefill for s in st),
+            predicted_n=sum(s.n_generated for s in st), predicted_ms=1000 * max((s.t_decode for s in st), default=0.0),
+            draft_n=sum(s.n_drafted for s in st), draft_n_accepted=sum(s.n_accepted for s in st),
+            cache_n=sum(getattr(s, "n_cached", 0) for s in st),
+        )
+
+    def _count(self, call: Call, outcome: str) -> None:
+        REQUESTS.labels(self.model, call.kind, outcome).inc()
+
+
+class _ChunkMaker:
+    """SSE frames of one call: the same id and created time in every chunk."""
+
+    def __init__(self, call: Call, return_tokens: bool = False):
+        self.call = call
+        self.return_tokens = return_tokens
+
+    def _base(self) -> dict:
+        c = self.call
+        obj = "chat.completion.chunk" if c.kind == "chat" else "text_completion"
+        return {"id": c.id, "object": obj, "created": c.created, "model": c.model}
+
+    def frame(self, index: int, text: Optional[str] = None, role: Optional[str] = None,
+              finish: Optional[str] = None, tokens: Optional[list[int]] = None) -> dict:
+        if self.call.kind == "chat":
+            delta = {}
+            if role:
+                delta["role"] = role
+            if text is not None and finish is None:
+                delta["content"] = text
+            choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+        else:
+            choice = {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish}
+        if self.return_tokens and tokens is not None:
+            choice["tokens"] = list(tokens)  # this frame's token ids (its text may hold back a partial character)
+        return {"data": json.dumps({**self._base(), "choices": [choice]})}
+
+    def usage(self, usage: S.Usage, timings: S.Timings) -> dict:
+        body = {**self._base(), "choices": [], "usage": usage.model_dump(), "timings": timings.model_dump()}
+        return {"data": json.dumps(body)}
+
+
+def _error_body(exc: BaseException) -> dict:
+    return envelope(to_api_error(exc))["error"]

@@ -1,0 +1,112 @@
+"""Prometheus metrics for the router and its workers, through prometheus_client's multiprocess mode.
+
+Every worker process writes its samples into ``PROMETHEUS_MULTIPROC_DIR``; the router's ``/metrics`` aggregates
+all of them with ``MultiProcessCollector``. prometheus_client picks its storage when it is first imported, so
+``ensure_dir()`` must run before that import in each process: this module does it on import, and the router
+hands the same directory to the workers it spawns through the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def ensure_dir() -> str:
+    if not os.environ.get(ENV):
+        os.environ[ENV] = tempfile.mkdtemp(prefix="pydflash-metrics-")
+    os.makedirs(os.environ[ENV], exist_ok=True)
+    return os.environ[ENV]
+
+
+ensure_dir()
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest  # noqa: E402
+from prometheus_client import CONTENT_TYPE_LATEST, multiprocess  # noqa: E402
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.15, 0.3, 0.6, 1.2, 2.5, 5, 10, 30)
+
+REQUESTS = Counter("pydflash_requests_total", "Finished requests by endpoint and outcome",
+                   ["model", "endpoint", "outcome"])
+PROMPT_TOKENS = Counter("pydflash_prompt_tokens_total", "Prompt tokens of admitted requests", ["model"])
+CACHED_TOKENS = Counter("pydflash_cached_prompt_tokens_total", "Prompt tokens reused from a cache", ["model"])
+GENERATED_TOKENS = Counter("pydflash_generation_tokens_total", "Generated tokens", ["model"])
+DRAFTED = Counter("pydflash_draft_tokens_total", "Draft tokens proposed", ["model"])
+ACCEPTED = Counter("pydflash_draft_accepted_tokens_total", "Draft tokens accepted", ["model"])
+DRAFTED_AT = Counter("pydflash_draft_proposed_by_position_total", "Drafts proposed at each block position",
+                     ["model", "position"])
+ACCEPTED_AT = Counter("pydflash_draft_accepted_by_position_total", "Drafts accepted at each block position",
+                      ["model", "position"])
+QUEUE_DEPTH = Gauge("pydflash_queue_depth", "Requests waiting for a slot", ["model"], multiprocess_mode="livesum")
+SLOTS_BUSY = Gauge("pydflash_slots_busy", "Slots decoding a request", ["model"], multiprocess_mode="livesum")
+SLOTS_TOTAL = Gauge("pydflash_slots_total", "Slots of resident models", ["model"], multiprocess_mode="livesum")
+TTFT = Histogram("pydflash_time_to_first_token_seconds", "Submit to first generated token", ["model"],
+                 buckets=LATENCY_BUCKETS)
+ITL = Histogram("pydflash_inter_token_latency_seconds", "Gap between successive outputs of a request, per token",
+                ["model"], buckets=LATENCY_BUCKETS)
+RESIDENT = Gauge("pydflash_models_resident", "Model workers loaded and serving", multiprocess_mode="livesum")
+RESTARTS = Counter("pydflash_worker_restarts_total", "Workers respawned after dying", ["model"])
+
+
+def exposition() -> tuple[bytes, str]:
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+def process_dead(pid: int) -> None:
+    """Drop a dead worker's live gauges (its counters and histograms stay: they are cumulative)."""
+    multiprocess.mark_process_dead(pid)
+
+
+class StepRecorder:
+    """The worker's per-step metrics, fed from the engine loop thread; request start times come from handlers."""
+
+    def __init__(self, model: str, n_slots: int):
+        self.model = model
+        self.started: dict[int, float] = {}  # request id -> submit time (monotonic)
+        self._last: dict[int, float] = {}  # request id -> time of its last output
+        SLOTS_TOTAL.labels(model).set(n_slots)
+
+    def on_step(self, engine, events) -> None:
+        now = time.monotonic()
+        m = self.model
+        QUEUE_DEPTH.labels(m).set(len(engine.queue))
+        SLOTS_BUSY.labels(m).set(sum(s is not None for s in engine.slots))
+        for ev in events:
+            if ev.tokens:
+                last = self._last.get(ev.request_id)
+                if last is None:
+                    t0 = self.started.get(ev.request_id)
+                    if t0 is not None:
+                        TTFT.labels(m).observe(now - t0)
+                else:
+                    gap = (now - last) / len(ev.tokens)
+                    for _ in ev.tokens:
+                        ITL.labels(m).observe(gap)
+                self._last[ev.request_id] = now
+            if ev.finished:
+                self.forget(ev.request_id)
+                self._finished(ev.result.stats)
+
+    def _finished(self, st) -> None:
+        m = self.model
+        PROMPT_TOKENS.labels(m).inc(st.n_prompt)
+        CACHED_TOKENS.labels(m).inc(getattr(st, "n_cached", 0))
+        GENERATED_TOKENS.labels(m).inc(st.n_generated)
+        DRAFTED.labels(m).inc(st.n_drafted)
+        ACCEPTED.labels(m).inc(st.n_accepted)
+        for i, (d, a) in enumerate(zip(st.drafted_hist, st.accept_hist)):
+            DRAFTED_AT.labels(m, str(i + 1)).inc(d)
+            ACCEPTED_AT.labels(m, str(i + 1)).inc(a)
+
+    def forget(self, request_id: int) -> None:
+        self.started.pop(request_id, None)
+        self._last.pop(request_id, None)
+
+    def idle(self) -> None:
+        QUEUE_DEPTH.labels(self.model).set(0)
+        SLOTS_BUSY.labels(self.model).set(0)

@@ -1,0 +1,124 @@
+"""Model presets: what one worker serves (a target, an optional drafter, and how to run them).
+
+``models.toml`` holds one table per preset:
+
+    default = "gemma"          # optional: the preset for "model": "any" when nothing is resident
+
+    [gemma]
+    target = "gemma-3-270m-q4_k_m.gguf"   # relative paths are relative to the config file
+    drafter = "gemma-3-270m-dflash-q8_0.gguf"
+    n_slots = 4
+    n_ctx_slot = 4096
+
+A preset's name is only ever looked up in this table; it is never joined into a path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+from dataclasses import dataclass
+from typing import Optional
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from ..config import EngineConfig
+from ..errors import InvalidRequest
+
+EMBEDDED = "embedded"  # target value: the embedded default pair (Gemma-3-270M + the shipped drafter)
+
+
+class ConfigError(InvalidRequest):
+    """models.toml (or the flags) describe no valid preset."""
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    target: str = EMBEDDED
+    drafter: Optional[str] = None  # with target = EMBEDDED: None means the shipped drafter, "" none
+    n_slots: int = 4
+    n_ctx_slot: int = 4096
+    n_batch: int = 512
+    n_threads: int = 0
+    n_gpu_layers: int = 0
+    draft_max: Optional[int] = None
+    draft_adaptive: bool = True
+    chat_template: Optional[str] = None  # a built-in NAME or a FILE; default: the GGUF's, else by architecture
+    max_queue: int = 64  # requests waiting for a slot before 429
+
+    def __post_init__(self):
+        if not self.name or len(self.name) > 128 or any(ord(c) < 32 for c in self.name):
+            raise ConfigError(f"bad preset name {self.name!r}")
+        try:
+            self.engine_config()
+        except ValueError as exc:
+            raise ConfigError(f"preset {self.name!r}: {exc}") from exc
+        if self.max_queue < 0:
+            raise ConfigError(f"preset {self.name!r}: max_queue must be >= 0")
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(n_slots=self.n_slots, n_ctx_slot=self.n_ctx_slot, n_batch=self.n_batch,
+                            n_ubatch=min(512, self.n_batch), n_threads=self.n_threads, n_gpu_layers=self.n_gpu_layers,
+                            draft_max=self.draft_max, adaptive=self.draft_adaptive, check_invariants=False)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Preset":
+        return cls(**json.loads(text))
+
+
+@dataclass(frozen=True)
+class ServerModels:
+    presets: dict[str, Preset]
+    default: str
+
+    def __post_init__(self):
+        if not self.presets:
+            raise ConfigError("no model presets")
+        if self.default not in self.presets:
+            raise ConfigError(f"default preset {self.default!r} is not defined")
+
+
+_FIELDS = {f.name for f in dataclasses.fields(Preset)} - {"name"}
+
+
+def load_models_toml(path: str | pathlib.Path) -> ServerModels:
+    path = pathlib.Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    default = data.pop("default", None)
+    presets = {}
+    for name, table in data.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: {name!r} must be a table of preset settings")
+        unknown = set(table) - _FIELDS
+        if unknown:
+            raise ConfigError(f"{path}: preset {name!r} has unknown keys {sorted(unknown)}")
+        table = dict(table)
+        for key in ("target", "drafter", "chat_template"):
+            table[key] = _resolve_path(path.parent, table.get(key), key)
+        presets[name] = Preset(name=name, **{k: v for k, v in table.items() if v is not None or k == "drafter"})
+    return ServerModels(presets, default or next(iter(presets), ""))
+
+
+def _resolve_path(base: pathlib.Path, value, key: str):
+    """Paths in the config are relative to the config file; EMBEDDED and chat-template names stay as they are."""
+    if value is None or value == "" or value == EMBEDDED:
+        return value
+    if not isinstance(value, str):
+        raise ConfigError(f"{key} must be a string")
+    p = pathlib.Path(value).expanduser()
+    if key == "chat_template" and not p.suffix and not p.is_absolute() and "/" not in value:
+        return value  # a built-in template name
+    return str(p if p.is_absolute() else base / p)

@@ -1,0 +1,266 @@
+"""The router's model registry: presets, resident worker processes, LRU eviction and respawn.
+
+Each resident preset runs in its own worker process (``pydflash.server.worker``) that serves on a Unix socket.
+The router process never loads a model. Selection rules:
+- a name is only looked up among the presets (never joined into a path); an unknown one is ``ModelNotFound``;
+- ``None`` or ``"any"`` is the most recently used resident model, else the default preset;
+- at most ``max_resident`` workers run; a new one evicts the least recently used idle worker;
+- a worker that dies unexpectedly is respawned; while it comes back, its model answers 503 with Retry-After.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Optional
+
+import httpx
+
+from .errors import NotFoundError, Unavailable, log_safe
+from .metrics import RESIDENT, RESTARTS, process_dead
+from .preset import Preset, ServerModels
+
+log = logging.getLogger(__name__)
+LOAD_TIMEOUT_S = 300.0
+RETRY_AFTER_S = 2
+
+
+class ModelNotFound(NotFoundError):
+    """No preset has this name."""
+
+
+class ModelUnavailable(Unavailable):
+    """The model cannot serve now: loading failed, respawning, or every resident worker is busy."""
+
+    def __init__(self, message: str, retry_after: int = RETRY_AFTER_S):
+        super().__init__(message, retry_after=retry_after)
+
+
+class Worker:
+    """One worker process and the HTTP client that reaches it over its Unix socket."""
+
+    def __init__(self, preset: Preset, sock_dir: pathlib.Path, log_level: str):
+        self.preset = preset
+        self.sock = sock_dir / f"w{id(self):x}.sock"  # not the preset name: names never become paths
+        self.log_level = log_level
+        self.proc: Optional[subprocess.Popen] = None
+        self.client: Optional[httpx.AsyncClient] = None
+        self.ready = asyncio.Event()
+        self.error: Optional[str] = None  # why loading failed
+        self.stopping = False
+        self.inflight = 0
+        self.starting: Optional[asyncio.Future] = None  # the load in progress (or done); waiters await it
+        self.last_used = time.monotonic()
+        self._stderr = tempfile.TemporaryFile()
+
+    async def start(self) -> None:
+        self.ready.clear()
+        self.error = None
+        self.stopping = False
+        with contextlib.suppress(FileNotFoundError):
+            self.sock.unlink()
+        cmd = [sys.executable, "-m", "pydflash.server.worker", "--preset", self.preset.to_json(),
+               "--uds", str(self.sock), "--log-level", self.log_level]
+        self._stderr.seek(0)
+        self._stderr.truncate()
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
+                                     env=os.environ.copy())
+        transport = httpx.AsyncHTTPTransport(uds=str(self.sock))
+        self.client = httpx.AsyncClient(transport=transport, base_url="http://worker",
+                                        timeout=httpx.Timeout(None, connect=5.0))
+        deadline = time.monotonic() + LOAD_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.error = self._last_error() or f"worker exited with status {self.proc.returncode}"
+                raise ModelUnavailable(f"model {self.preset.name!r} failed to load: {self.error}", retry_after=10)
+            if self.sock.exists():
+                with contextlib.suppress(httpx.TransportError):
+                    r = await self.client.get("/health")
+                    if r.status_code == 200:
+                        self.ready.set()
+                        log.info("model %s ready (pid %d)", log_safe(self.preset.name), self.proc.pid)
+                        return
+            await asyncio.sleep(0.05)
+        await self.stop()
+        raise ModelUnavailable(f"model {self.preset.name!r} did not load within {LOAD_TIMEOUT_S:.0f} s")
+
+    def _last_error(self) -> str:
+        self._stderr.seek(0)
+        lines = [ln for ln in self._stderr.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+        marked = [ln.split("LOAD-ERROR: ", 1)[1] for ln in lines if "LOAD-ERROR: " in ln]
+        return (marked or lines or [""])[-1][:500]
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    async def stop(self) -> None:
+        self.stopping = True
+        self.ready.clear()
+        if self.client is not None:
+            await self.client.aclose()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            for _ in range(50):
+                if self.proc.poll() is not None:
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc is not None:
+            process_dead(self.proc.pid)
+        with contextlib.suppress(FileNotFoundError):
+            self.sock.unlink()
+
+
+class Router:
+    def __init__(self, models: ServerModels, max_resident: int = 2, log_level: str = "warning"):
+        if max_resident < 1:
+            raise ValueError("max_resident must be >= 1")
+        self.models = models
+        self.max_resident = max_resident
+        self.log_level = log_level
+        self.workers: dict[str, Worker] = {}
+        self.mru: Optional[str] = None
+        self._lock = asyncio.Lock()
+        self._sock_dir = pathlib.Path(tempfile.mkdtemp(prefix="pydflash-sock-"))
+        self._monitor: Optional[asyncio.Task] = None
+        self._respawning: set[str] = set()
+
+    # --- selection ------------------------------------------------------------------------------------------------
+    def resolve(self, name: Optional[str]) -> str:
+        if name is None or name == "any" or name == "":
+            if self.mru is not None and self.mru in self.workers:
+                return self.mru
+            return self.models.default
+        if name not in self.models.presets:
+            log.info("request for unknown model %s", log_safe(name))
+            raise ModelNotFound(f"model {name!r} not found; GET /v1/models lists the served models")
+        return name
+
+    @contextlib.asynccontextmanager
+    async def use(self, name: Optional[str]):
+        """A ready worker for the model, held in use (never evicted) until the block ends."""
+        w = await self.acquire(name)
+        try:
+            yield w
+        finally:
+            self.release(w)
+
+    async def acquire(self, name: Optional[str]) -> Worker:
+        key = self.resolve(name)
+        if key in self._respawning:
+            raise ModelUnavailable(f"model {key!r} is restarting after a worker failure")
+        async with self._lock:
+            w = self.workers.get(key)
+            if w is None:
+                await self._make_room()
+                w = self.workers[key] = Worker(self.models.presets[key], self._sock_dir, self.log_level)
+                w.starting = asyncio.ensure_future(self._start(key, w))
+            w.inflight += 1  # held from here: eviction skips it while it loads
+        try:
+            if not w.ready.is_set():
+                # shielded: a client that gives up waiting does not abort a load other requests wait for
+                await asyncio.wait_for(asyncio.shield(w.starting), LOAD_TIMEOUT_S)
+        except BaseException:
+            w.inflight -= 1
+            raise
+        w.last_used = time.monotonic()
+        self.mru = key
+        return w
+
+    def release(self, w: Worker) -> None:
+        w.inflight -= 1
+        w.last_used = time.monotonic()
+
+    async def _start(self, key: str, w: Worker) -> None:
+        try:
+            await w.start()
+            RESIDENT.inc()
+        except BaseException:
+            if self.workers.get(key) is w:
+                del self.workers[key]
+            raise
+
+    async def _make_room(self) -> None:
+        while len(self.workers) >= self.max_resident:
+            idle = [(w.last_used, k) for k, w in self.workers.items() if w.inflight == 0 and w.ready.is_set()]
+            if not idle:
+                raise ModelUnavailable("every resident model is busy; retry shortly")
+            _, victim = min(idle)
+            log.info("evicting model %s (least recently used)", log_safe(victim))
+            await self._unload(victim)
+
+    async def _unload(self, key: str) -> None:
+        w = self.workers.pop(key)
+        if self.mru == key:
+            self.mru = None
+        await w.stop()
+        RESIDENT.dec()
+
+    # --- lifecycle ------------------------------------------------------------------------------------------------
+    async def startup(self, preload: bool = True) -> None:
+        self._monitor = asyncio.ensure_future(self._watch())
+        if preload:  # the default model loads at start; /health is 503 until it is ready
+            asyncio.ensure_future(self._preload())
+
+    async def _preload(self) -> None:
+        try:
+            w = await self.acquire(self.models.default)
+            self.release(w)
+        except Exception as exc:
+            log.error("default model %s failed to load: %s", log_safe(self.models.default), exc)
+
+    async def shutdown(self) -> None:
+        if self._monitor is not None:
+            self._monitor.cancel()
+        for key in list(self.workers):
+            await self._unload(key)
+
+    async def _watch(self) -> None:
+        """Respawn workers that died without being asked to (native abort, OOM kill, SIGKILL, engine failure)."""
+        while True:
+            await asyncio.sleep(0.2)
+            for key, w in list(self.workers.items()):
+                if w.ready.is_set() and not w.stopping and not w.alive and key not in self._respawning:
+                    self._respawning.add(key)
+                    asyncio.ensure_future(self._respawn(key, w))
+
+    async def _respawn(self, key: str, w: Worker) -> None:
+        log.error("worker for model %s died (status %s; last words: %s); respawning", log_safe(key),
+                  w.proc.returncode, log_safe(w._last_error()))
+        RESTARTS.labels(key).inc()
+        RESIDENT.dec()
+        process_dead(w.proc.pid)
+        try:
+            await w.client.aclose()
+            await w.start()
+            RESIDENT.inc()
+        except Exception as exc:
+            log.error("respawning model %s failed: %s", log_safe(key), exc)
+            if self.workers.get(key) is w:
+                del self.workers[key]
+        finally:
+            self._respawning.discard(key)
+
+    def status(self) -> dict:
+        out = {}
+        for key in self.models.presets:
+            w = self.workers.get(key)
+            if key in self._respawning:
+                out[key] = "restarting"
+            elif w is None:
+                out[key] = "unloaded"
+            elif w.ready.is_set():
+                out[key] = "ready"
+            else:
+                out[key] = "loading"
+        return out

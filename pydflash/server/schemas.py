@@ -1,0 +1,607 @@
+"""Request and response bodies of the OpenAI-compatible API (pydantic v2).
+
+Requests
+- Strict types (``strict=True``): ``"16"`` is not an integer, ``true`` is not a number. The published JSON schema
+  is then what the server really accepts, which schemathesis checks in both directions.
+- Unknown fields are ignored (``extra="ignore"``): clients send many we do not use (``logit_bias``, ``tools`` ...).
+- Every string is ``Text``: valid Unicode. Python's ``json`` accepts a lone surrogate (``"\\ud800"``), which cannot
+  be encoded to UTF-8 for the tokenizer; it is refused here, once, for every field.
+- ``None`` for an optional sampling field means "the default". After validation these fields hold the default,
+  never ``None`` (except the chat ``max_tokens``: ``None`` there means "until the context is full").
+- What we cannot do (``n > 1``, penalties, JSON mode) is refused with a clear message, never silently ignored.
+
+Responses follow OpenAI's shapes, plus llama-server's ``timings`` object and a ``meta`` extension on models.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+COMPLETION_MAX_TOKENS_DEFAULT = 16  # OpenAI's documented default for /v1/completions
+TEMPERATURE_DEFAULT = 1.0  # OpenAI's documented default (llama-server uses 0.8); 0 means greedy
+MAX_STOP = 16  # OpenAI allows 4; lm-eval's humaneval sends 5, llama-server and vLLM set no limit
+MAX_LOGPROBS = 5  # top-N alternatives per token, OpenAI's limit for /v1/completions
+
+
+# --- shared field types --------------------------------------------------------------------------------------------
+
+
+def _valid_unicode(s: str) -> str:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise PydanticCustomError(
+            "invalid_unicode", "string is not valid Unicode: lone surrogate at index {index}", {"index": exc.start}
+        ) from None
+    return s
+
+
+Text = Annotated[str, AfterValidator(_valid_unicode)]  # every string a client sends
+
+
+def _integral(v: Any) -> Any:
+    # JSON Schema's "integer" includes 5.0 (schemathesis sends it); Python's json makes it a float.
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+# Every integer a client sends: 5 and 5.0, not "5" or true. Bounds sit inside (before the float conversion wraps
+# them) so that they reach the JSON schema as minimum/maximum.
+Int = Annotated[int, BeforeValidator(_integral)]
+PositiveInt = Annotated[int, Field(ge=1), BeforeValidator(_integral)]
+NonNegativeInt = Annotated[int, Field(ge=0), BeforeValidator(_integral)]
+TopK = Annotated[int, Field(ge=0, le=2**31 - 1), BeforeValidator(_integral)]  # it becomes a C int
+TopN = Annotated[int, Field(ge=0, le=MAX_LOGPROBS), BeforeValidator(_integral)]
+TokenId = NonNegativeInt  # the upper bound (n_vocab) is the engine's check
+
+
+def _is_token(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _only_one(n: int) -> int:
+    if n != 1:
+        raise PydanticCustomError("unsupported", "n={n} is not supported: one choice per request (n=1)", {"n": n})
+    return n
+
+
+def _zero_penalty(v: float, info: ValidationInfo) -> float:
+    if v != 0:
+        raise PydanticCustomError(
+            "unsupported", "{field} is not supported: only 0 (the default) is accepted", {"field": info.field_name}
+        )
+    return v
+
+
+# The schema says what is accepted (exactly 1, exactly 0); the validators say why anything else is refused.
+OnlyOne = Annotated[Int, AfterValidator(_only_one), WithJsonSchema({"type": "integer", "minimum": 1, "maximum": 1})]
+ZeroPenalty = Annotated[
+    float, AfterValidator(_zero_penalty), WithJsonSchema({"type": "number", "minimum": 0, "maximum": 0})
+]
+
+
+def _finite_logprob(v: float) -> float:
+    # JSON has no -inf (Starlette refuses NaN/inf); OpenAI documents -9999.0 as "very unlikely".
+    return v if math.isfinite(v) else -9999.0
+
+
+LogProb = Annotated[float, AfterValidator(_finite_logprob)]
+
+
+class _Body(BaseModel):
+    """Base of every request body."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+
+def request_models() -> list[type]:
+    """Every request model (and its pieces): errors.py tells a client's bad body from our own bad response."""
+    out, todo = [], [_Body]
+    while todo:
+        cls = todo.pop()
+        out.append(cls)
+        todo.extend(cls.__subclasses__())
+    return out
+
+
+# --- request pieces ------------------------------------------------------------------------------------------------
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False  # one last chunk with `usage` and empty `choices` before [DONE]
+
+
+class SpeculativeOptions(_Body):
+    """pydflash extension: per-request control of DFlash drafting."""
+
+    enabled: bool = True
+    n_max: Optional[NonNegativeInt] = None  # most drafted tokens per step; clamped to the drafter's block
+
+
+class _Generation(_Body):
+    """Fields common to /v1/completions and /v1/chat/completions."""
+
+    model: Optional[Text] = None  # a preset name; None or "any": the most recently used resident model
+    temperature: Optional[float] = Field(TEMPERATURE_DEFAULT, ge=0, allow_inf_nan=False)
+    top_p: Optional[float] = Field(1.0, gt=0, le=1, allow_inf_nan=False)
+    top_k: Optional[TopK] = 0  # extension (llama-server, vLLM); 0 = off
+    stop: Union[Text, Annotated[list[Text], Field(max_length=MAX_STOP)], None] = None  # after validation: list[str]
+    seed: Optional[Int] = None  # accepted (clients send it by default); seeds the sampler when temperature > 0
+    stream: Optional[bool] = False
+    stream_options: Optional[StreamOptions] = None
+    n: Optional[OnlyOne] = None
+    presence_penalty: Optional[ZeroPenalty] = None
+    frequency_penalty: Optional[ZeroPenalty] = None
+    user: Optional[Text] = None  # ignored
+    speculative: Optional[SpeculativeOptions] = None  # after validation: never None
+    cache_prompt: Optional[bool] = True  # reuse a cached prefix of this prompt (prompt cache)
+    ignore_eos: Optional[bool] = False  # extension (llama-server): keep generating past end-of-generation tokens
+    return_tokens: Optional[bool] = False  # extension (llama-server): the generated token ids in each choice
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_unicode(cls, v: Any) -> Any:
+        # Checked here so that a bad string gives one error, not one per member of the union.
+        for s in [v] if isinstance(v, str) else v if isinstance(v, list) else []:
+            if isinstance(s, str):
+                _valid_unicode(s)
+        return v
+
+    @model_validator(mode="after")
+    def _fill_defaults(self):
+        if self.temperature is None:
+            self.temperature = TEMPERATURE_DEFAULT
+        if self.top_p is None:
+            self.top_p = 1.0
+        if self.top_k is None:
+            self.top_k = 0
+        if self.stream is None:
+            self.stream = False
+        if self.cache_prompt is None:
+            self.cache_prompt = True
+        self.ignore_eos = bool(self.ignore_eos)
+        self.return_tokens = bool(self.return_tokens)
+        if self.speculative is None:
+            self.speculative = SpeculativeOptions()
+        stops = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
+        self.stop = [s for s in stops if s]  # an empty stop string would match everywhere: dropped
+        return self
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+# --- /v1/completions -----------------------------------------------------------------------------------------------
+
+_PROMPT_SHAPE = "prompt must be a non-empty string, list of strings, list of token ids, or list of token-id lists"
+
+
+def _bad_prompt(message: str = _PROMPT_SHAPE, **ctx) -> PydanticCustomError:
+    return PydanticCustomError("invalid_prompt", message, ctx or None)
+
+
+def _check_tokens(ids: list, where: str) -> list[int]:
+    if not ids:
+        raise _bad_prompt("prompt must not be empty ({where} has no tokens)", where=where)
+    ids = [_integral(t) for t in ids]
+    for i, t in enumerate(ids):
+        if not _is_token(t):
+            raise _bad_prompt()
+        if t < 0:
+            raise _bad_prompt("token ids must be >= 0 (got {t} at {where}[{i}])", t=t, where=where, i=i)
+    return ids
+
+
+class CompletionRequest(_Generation):
+    """POST /v1/completions. A list prompt is one batch of prompts: each gets its own choice (``index``)."""
+
+    prompt: Union[
+        Annotated[Text, Field(min_length=1)],
+        Annotated[list[Annotated[Text, Field(min_length=1)]], Field(min_length=1)],
+        Annotated[list[TokenId], Field(min_length=1)],
+        Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1)],
+    ]
+    max_tokens: Optional[PositiveInt] = COMPLETION_MAX_TOKENS_DEFAULT  # after validation: never None
+    logprobs: Optional[TopN] = None  # N: the chosen token's logprob + top-N
+    echo: Optional[bool] = False  # prepend the prompt (and its logprobs) to the text: lm-eval loglikelihood
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _prompt_shape(cls, v: Any) -> Any:
+        # One clear message instead of one error per member of the union.
+        if isinstance(v, str):
+            if not v:
+                raise _bad_prompt("prompt must not be empty")
+            return _valid_unicode(v)
+        if not isinstance(v, list) or not v:
+            raise _bad_prompt("prompt must not be empty" if isinstance(v, list) else _PROMPT_SHAPE)
+        if all(isinstance(x, str) for x in v):
+            for i, s in enumerate(v):
+                if not s:
+                    raise _bad_prompt("prompt must not be empty (prompt[{i}] is an empty string)", i=i)
+                _valid_unicode(s)
+        elif all(isinstance(x, list) for x in v):
+            v = [_check_tokens(ids, f"prompt[{i}]") for i, ids in enumerate(v)]
+        else:
+            v = _check_tokens(v, "prompt")
+        return v
+
+    @model_validator(mode="after")
+    def _completion_defaults(self):
+        if self.max_tokens is None:
+            self.max_tokens = COMPLETION_MAX_TOKENS_DEFAULT
+        if self.echo is None:
+            self.echo = False
+        return self
+
+    def prompts(self) -> list[Union[str, list[int]]]:
+        """The batch of prompts: one string or one list of token ids per choice."""
+        p = self.prompt
+        if isinstance(p, str) or (p and _is_token(p[0])):
+            return [p]
+        return list(p)
+
+
+# --- /v1/chat/completions ------------------------------------------------------------------------------------------
+
+
+class TextPart(_Body):
+    type: Literal["text"]
+    text: Text
+
+
+Content = Union[Text, list[TextPart]]
+
+
+class _Message(_Body):
+    content: Content
+    name: Optional[Text] = None
+    null_content: ClassVar[bool] = False
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _content_shape(cls, v: Any) -> Any:
+        if v is None:
+            if cls.null_content:
+                return v
+            raise PydanticCustomError("invalid_content", "content must not be null (only assistant content may be)")
+        if isinstance(v, str):
+            return _valid_unicode(v)
+        if not isinstance(v, list):
+            raise PydanticCustomError("invalid_content", "content must be a string or a list of text parts")
+        for part in v:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind != "text":
+                raise PydanticCustomError(
+                    "unsupported", "only text content is supported (got a part of type {kind})", {"kind": repr(kind)}
+                )
+            if isinstance(part.get("text"), str):
+                _valid_unicode(part["text"])
+        return v
+
+    def text(self) -> str:
+        """The content as one string; text parts are joined with newlines (as vLLM does)."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(p.text for p in self.content)
+
+
+class SystemMessage(_Message):
+    role: Literal["system"]
+
+
+class DeveloperMessage(_Message):
+    role: Literal["developer"]  # OpenAI's newer name for system; mapped to system where the template lacks it
+
+
+class UserMessage(_Message):
+    role: Literal["user"]
+
+
+class AssistantMessage(_Message):
+    role: Literal["assistant"]
+    content: Optional[Content] = None
+    null_content: ClassVar[bool] = True
+
+
+ChatMessage = Annotated[
+    Union[SystemMessage, DeveloperMessage, UserMessage, AssistantMessage], Field(discriminator="role")
+]
+
+
+class ResponseFormat(_Body):
+    type: Literal["text"]
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _only_text(cls, v: Any) -> Any:
+        if v != "text":
+            raise PydanticCustomError(
+                "unsupported", "response_format type {kind} is not supported (only 'text')", {"kind": repr(v)}
+            )
+        return v
+
+
+class ChatCompletionRequest(_Generation):
+    """POST /v1/chat/completions."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    # Either name works; max_completion_tokens wins. After validation max_tokens holds the limit, or None:
+    # generate until a stop, EOS or the end of the slot's context (the server computes that bound).
+    max_tokens: Optional[PositiveInt] = None
+    max_completion_tokens: Optional[PositiveInt] = None
+    logprobs: Optional[bool] = False  # the chosen token's logprob
+    # + N alternatives. Only with logprobs: true; otherwise ignored (OpenAI refuses that pair; we answer as if
+    # top_logprobs were absent, so every request the published schema allows is served).
+    top_logprobs: Optional[TopN] = None
+    response_format: Optional[ResponseFormat] = None
+
+    @model_validator(mode="after")
+    def _chat_defaults(self):
+        if self.max_completion_tokens is not None:
+            self.max_tokens = self.max_completion_tokens
+        if self.logprobs is None:
+            self.logprobs = False
+        if not self.logprobs:
+            self.top_logprobs = None
+        return self
+
+    def template_messages(self) -> list[dict]:
+        """The conversation as chat templates expect it: ``[{"role": str, "content": str}, ...]``."""
+        out = []
+        for m in self.messages:
+            d = {"role": m.role, "content": m.text()}
+            if m.name is not None:
+                d["name"] = m.name
+            out.append(d)
+        return out
+
+
+# --- /tokenize, /detokenize ----------------------------------------------------------------------------------------
+
+
+class TokenizeRequest(_Body):
+    content: Text
+    add_special: bool = False  # prepend BOS (as llama-server: off by default)
+    model: Optional[Text] = None
+
+
+class TokenizeResponse(BaseModel):
+    tokens: list[int]
+
+
+class DetokenizeRequest(_Body):
+    tokens: list[TokenId]
+    model: Optional[Text] = None
+
+
+class DetokenizeResponse(BaseModel):
+    content: str
+
+
+# --- responses: shared pieces --------------------------------------------------------------------------------------
+
+
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = 0  # prompt tokens reused from the prompt cache, not recomputed
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
+
+    @classmethod
+    def of(cls, prompt: int, completion: int, cached: int = 0) -> "Usage":
+        return cls(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=prompt + completion,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=cached),
+        )
+
+
+class Timings(BaseModel):
+    """llama-server's ``timings`` object, so existing dashboards work. draft_n: drafted tokens; draft_n_accepted:
+    drafted tokens the target accepted (draft_n_accepted / draft_n is the acceptance rate)."""
+
+    cache_n: int = 0  # prompt tokens reused from the cache
+    prompt_n: int
+    prompt_ms: float
+    prompt_per_second: float
+    predicted_n: int
+    predicted_ms: float
+    predicted_per_second: float
+    draft_n: int = 0
+    draft_n_accepted: int = 0
+
+    @classmethod
+    def of(cls, prompt_n: int, prompt_ms: float, predicted_n: int, predicted_ms: float,
+           draft_n: int = 0, draft_n_accepted: int = 0, cache_n: int = 0) -> "Timings":
+        """Rates are 0 when no time was measured (JSON has no infinity)."""
+
+        def rate(n: int, ms: float) -> float:
+            return n * 1000.0 / ms if ms > 0 else 0.0
+
+        return cls(cache_n=cache_n, prompt_n=prompt_n, prompt_ms=prompt_ms,
+                   prompt_per_second=rate(prompt_n, prompt_ms), predicted_n=predicted_n,
+                   predicted_ms=predicted_ms, predicted_per_second=rate(predicted_n, predicted_ms),
+                   draft_n=draft_n, draft_n_accepted=draft_n_accepted)
+
+
+FinishReason = Optional[Literal["stop", "length"]]  # None in every streamed chunk but the last of a choice
+
+
+def now() -> int:
+    """``created``: Unix seconds."""
+    return int(time.time())
+
+
+# --- /v1/completions responses -------------------------------------------------------------------------------------
+
+
+class CompletionLogprobs(BaseModel):
+    """OpenAI's legacy format: parallel lists, one entry per token of ``text``. The first echoed prompt token has
+    no logprob (None): nothing precedes it."""
+
+    tokens: list[str]
+    token_logprobs: list[Optional[LogProb]]
+    top_logprobs: list[Optional[dict[str, LogProb]]]  # token text -> logprob, N alternatives
+    text_offset: list[int]  # character offset of each token in the choice's text
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    finish_reason: FinishReason = None
+    logprobs: Optional[CompletionLogprobs] = None
+    tokens: Optional[list[int]] = None  # the generated token ids, with return_tokens
+
+
+class CompletionResponse(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int = Field(default_factory=now)
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage
+    timings: Optional[Timings] = None
+
+
+class CompletionChunk(BaseModel):
+    """One SSE event of a streamed completion. The optional usage chunk has ``choices == []``."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int = Field(default_factory=now)
+    model: str
+    choices: list[CompletionChoice]
+    usage: Optional[Usage] = None
+    timings: Optional[Timings] = None
+
+
+# --- /v1/chat/completions responses --------------------------------------------------------------------------------
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: LogProb
+    bytes: Optional[list[int]] = None  # the token's UTF-8 bytes (a token can be part of a character)
+
+
+class TokenLogprob(BaseModel):
+    token: str
+    logprob: LogProb
+    bytes: Optional[list[int]] = None
+    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+
+
+class ChatLogprobs(BaseModel):
+    content: Optional[list[TokenLogprob]] = None
+
+
+class ChatMessageOut(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: Optional[str] = None
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: ChatMessageOut
+    finish_reason: FinishReason = None
+    logprobs: Optional[ChatLogprobs] = None
+    tokens: Optional[list[int]] = None  # the generated token ids, with return_tokens
+
+
+class ChatCompletionResponse(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int = Field(default_factory=now)
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+    timings: Optional[Timings] = None
+
+
+class ChatDelta(BaseModel):
+    role: Optional[Literal["assistant"]] = None  # only in the first chunk
+    content: Optional[str] = None
+
+
+class ChatChunkChoice(BaseModel):
+    index: int
+    delta: ChatDelta
+    finish_reason: FinishReason = None
+    logprobs: Optional[ChatLogprobs] = None
+    tokens: Optional[list[int]] = None  # this chunk's token ids, with return_tokens
+
+
+class ChatChunk(BaseModel):
+    """One SSE event of a streamed chat completion. The optional usage chunk has ``choices == []``."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int = Field(default_factory=now)
+    model: str
+    choices: list[ChatChunkChoice]
+    usage: Optional[Usage] = None
+    timings: Optional[Timings] = None
+
+
+# --- /v1/models, /health, errors -----------------------------------------------------------------------------------
+
+
+class ModelMeta(BaseModel):
+    """pydflash extension on each model card."""
+
+    resident: bool = False  # loaded in a worker now
+    default: bool = False  # the preset that "any" resolves to when nothing is resident
+
+
+class ModelCard(BaseModel):
+    id: str  # the preset name
+    object: Literal["model"] = "model"
+    created: int = Field(default_factory=now)
+    owned_by: str = "pydflash"
+    meta: Optional[ModelMeta] = None
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok", "loading", "error"]  # 200 only with "ok"
+    message: Optional[str] = None  # why not ok
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str  # invalid_request_error, exceed_context_size_error, not_found_error, ... (see errors.py)
+    param: Optional[str] = None  # the offending request field, e.g. "messages[0].content"
+    code: Optional[int] = None  # the HTTP status
+
+
+class ErrorResponse(BaseModel):
+    """OpenAI's error envelope, for every 4xx/5xx and for ``data: {"error": ...}`` mid-stream."""
+
+    error: ErrorDetail

@@ -1,0 +1,41 @@
+"""pydflash-server's command line: bad flags and bad configs print one line and exit 2, before any model loads."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from server_util import REPO
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "pydflash.cli.server", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--config", "/nonexistent/models.toml"], "cannot read"),
+    (["-m", "/nonexistent.gguf"], "no such model file"),
+    (["-md", "x.gguf"], "-md needs -m"),
+    (["--port", "0"], "--port"),
+    (["--max-resident", "0"], "--max-resident"),
+    (["--frobnicate"], "unrecognized arguments"),
+    (["-np", "many"], "invalid int value"),
+])
+def test_bad_flags_one_line_exit_2(args, words):
+    r = run(*args)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in r.stderr
+
+
+def test_bad_config_contents(tmp_path):
+    cfg = tmp_path / "models.toml"
+    for text, words in [("[a]\ntarget = 'x.gguf'\nn_slots = 0\n", "n_slots"),
+                        ("[a]\nwizard = 1\n", "unknown keys"), ("not toml [", "models.toml"),
+                        ("default = 'b'\n[a]\ntarget = 'x.gguf'\n", "default preset")]:
+        cfg.write_text(text)
+        r = run("--config", str(cfg))
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr

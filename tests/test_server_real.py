@@ -1,0 +1,60 @@
+"""The embedded default pair (Gemma-3-270M Q4_K_M + the shipped drafter) through `pydflash-server` alone: greedy
+output with speculation equals the same server's output with speculation off, at 4 concurrent clients, streamed
+and not, and the drafter really accepts blocks through HTTP."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+
+import pytest
+
+from oracle import Oracle
+from server_util import Server
+
+pytestmark = pytest.mark.real_model
+
+PROMPTS = ["def fibonacci(n):\n", "The capital of France is", "Emoji: 😀", "1, 2, 3, 4, 5,"]
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = Server(["-np", "4", "-c", "1024"], ready_timeout=300)
+    yield srv
+    srv.stop()
+
+
+def complete(server, prompt, spec: bool, stream: bool = False):
+    body = {"prompt": prompt, "max_tokens": 32, "temperature": 0, "return_tokens": True,
+            "speculative": {"enabled": spec}}
+    if not stream:
+        r = server.http().post("/v1/completions", json=body)
+        assert r.status_code == 200, r.text
+        return r.json()
+    text, tokens = "", []
+    with server.http().stream("POST", "/v1/completions", json={**body, "stream": True}) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                choice = json.loads(line[6:])["choices"][0]
+                text += choice["text"]
+                tokens += choice.get("tokens") or []
+    return text, tokens
+
+
+def test_default_pair_lossless_at_four_clients(server, gemma_path):
+    with cf.ThreadPoolExecutor(4) as pool:
+        spec = list(pool.map(lambda p: complete(server, p, True), PROMPTS))
+        plain = list(pool.map(lambda p: complete(server, p, False), PROMPTS))
+        streamed = list(pool.map(lambda p: complete(server, p, True, stream=True), PROMPTS))
+    oracle = Oracle(gemma_path)
+    try:  # streamed or not, speculative output is plain greedy up to tie-flips (batch composition varies)
+        for prompt, s, p, (text, tokens) in zip(PROMPTS, spec, plain, streamed):
+            toks = oracle.llm.tokenize(prompt)
+            oracle.check(toks, s["choices"][0]["tokens"], base_tokens=p["choices"][0]["tokens"])
+            oracle.check(toks, tokens, base_tokens=p["choices"][0]["tokens"])
+            # whole characters: the joined frames are the tokens' text, nothing split or lost
+            assert text == oracle.model.detokenize(tokens).decode("utf-8", "replace")
+    finally:
+        oracle.close()
+    assert sum(s["timings"]["draft_n_accepted"] for s in spec) > 0
+    assert all(p["timings"]["draft_n"] == 0 for p in plain)

@@ -1,0 +1,106 @@
+"""The router over several presets: "any" follows the most recent model, LRU eviction, 404 for unknown names, and
+a worker killed mid-stream takes down only its own requests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from server_util import Server, write_models_toml
+
+
+@pytest.fixture(scope="module")
+def server(tiny, tmp_path_factory):
+    a, b = tiny("gemma3"), tiny("llama")
+    cfg = write_models_toml(tmp_path_factory.mktemp("router") / "models.toml", {
+        "alpha": {"target": str(a.target), "drafter": str(a.drafter), "n_slots": 2, "n_ctx_slot": 512},
+        "beta": {"target": str(b.target), "drafter": str(b.drafter), "n_slots": 2, "n_ctx_slot": 512},
+    }, default="alpha")
+    srv = Server(["--config", str(cfg), "--max-resident", "1"])
+    yield srv
+    srv.stop()
+
+
+def resident(server) -> set[str]:
+    return {m["id"] for m in server.http().get("/v1/models").json()["data"] if m["meta"]["resident"]}
+
+
+def ask(server, model, **kw):
+    body = {"prompt": "hello", "max_tokens": 4, "temperature": 0, **kw}
+    if model is not None:
+        body["model"] = model
+    r = server.http().post("/v1/completions", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()["model"]
+
+
+def test_any_follows_the_most_recent_and_lru_evicts(server):
+    assert resident(server) == {"alpha"}  # the default preset loads at start
+    assert ask(server, "any") == "alpha" and ask(server, None) == "alpha"
+    assert ask(server, "beta") == "beta"
+    assert resident(server) == {"beta"}  # max_resident 1: alpha was evicted
+    assert ask(server, "any") == "beta"
+    assert ask(server, "alpha") == "alpha" and resident(server) == {"alpha"}
+    assert server.metric("pydflash_models_resident") == 1
+
+
+def test_unknown_model_is_404(server):
+    r = server.http().post("/v1/completions", json={"model": "gamma", "prompt": "x"})
+    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
+
+
+@pytest.fixture(scope="module")
+def pair_server(tiny, tmp_path_factory):
+    a, b = tiny("gemma3"), tiny("llama")
+    cfg = write_models_toml(tmp_path_factory.mktemp("kill") / "models.toml", {
+        "alpha": {"target": str(a.target), "drafter": str(a.drafter), "n_slots": 2, "n_ctx_slot": 2048},
+        "beta": {"target": str(b.target), "drafter": str(b.drafter), "n_slots": 2, "n_ctx_slot": 2048},
+    }, default="alpha")
+    srv = Server(["--config", str(cfg), "--max-resident", "2"])
+    yield srv
+    srv.stop()
+
+
+def worker_pid(server, model) -> int:
+    """The worker serving `model`: the one whose command line carries the preset's name."""
+    for pid in server.worker_pids():
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if f'"name": "{model}"'.encode() in f.read():
+                return pid
+    raise AssertionError(f"no worker for {model}")
+
+
+def test_sigkill_worker_mid_stream(pair_server):
+    srv = pair_server
+    ask(srv, "alpha")
+    ask(srv, "beta")
+    victim = worker_pid(srv, "alpha")
+    frames = []
+    body = {"model": "alpha", "prompt": "hello", "max_tokens": 1500, "ignore_eos": True, "temperature": 0,
+            "stream": True}
+    with srv.http().stream("POST", "/v1/completions", json=body) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            frames.append(line[6:])
+            if len(frames) == 3:
+                os.kill(victim, signal.SIGKILL)
+    assert frames[-1] == "[DONE]"
+    err = json.loads(frames[-2])["error"]
+    assert err["code"] == 503 and err["type"] == "unavailable_error"
+    assert ask(srv, "beta") == "beta"  # the other model is unaffected
+    deadline = time.monotonic() + 60
+    while True:  # 503 with Retry-After while alpha respawns, then it serves again
+        r = srv.http().post("/v1/completions", json={"model": "alpha", "prompt": "hi", "max_tokens": 2})
+        if r.status_code == 200:
+            break
+        assert r.status_code == 503 and "retry-after" in r.headers, r.text
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert worker_pid(srv, "alpha") != victim
+    assert srv.metric("pydflash_worker_restarts_total", model="alpha") == 1
