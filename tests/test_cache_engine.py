@@ -128,3 +128,22 @@ def test_snapshot_taken_while_features_were_paused(qwen, tmp_path):
     assert r3.stats.n_drafted > 0
     for e in (ada, off, plain):
         e.close()
+
+
+def test_cancel_during_chunked_prefill_keeps_the_prefilled_part(qwen):
+    """A request cancelled after one prompt chunk leaves that chunk (target KV + features) for the next request
+    with the same prompt, which prefills only the rest; output equals the cache-off engine's."""
+    cfg = EngineConfig(n_slots=1, n_ctx_slot=512, n_batch=64, n_ubatch=64)
+    eng, off = Engine(qwen, cfg), Engine(qwen, cfg, cache=OFF)
+    p = prompt(7, 200)
+    req = Request(p, max_tokens=8, ignore_eos=True)
+    eng.submit(req)
+    eng.step()  # admission and the first chunk
+    assert eng.slots[0] is not None and 0 < eng.slots[0].n_past < len(p) - 1
+    done = eng.slots[0].n_past
+    eng.cancel(req.id)
+    assert eng.prompt_cache.resident[0].n == done
+    r = eng.generate(p, max_tokens=8, ignore_eos=True)
+    assert r.stats.n_cached == done and r.tokens == off.generate(p, max_tokens=8, ignore_eos=True).tokens
+    eng.close()
+    off.close()
