@@ -42,7 +42,8 @@ class Stats:
 
     def merge_tokens(self, other: "Stats") -> None:
         """Add another request's counts. Times are not merged: the engine's own are per step, shared by slots."""
-        for name in ("n_prompt", "n_cached", "n_generated", "n_steps", "n_draft_steps", "n_drafted", "n_accepted", "n_feature_steps"):
+        for name in ("n_prompt", "n_cached", "n_generated", "n_steps", "n_draft_steps", "n_drafted", "n_accepted",
+                     "n_feature_steps"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.t_prefill += other.t_prefill
         for mine, theirs in ((self.accept_hist, other.accept_hist), (self.drafted_hist, other.drafted_hist)):
