@@ -18,6 +18,7 @@ import threading
 from collections import deque
 from typing import Iterable, Iterator, Optional
 
+from .cache.config import CacheConfig
 from .config import EngineConfig
 from .engine.engine import Engine
 from .engine.request import Event, Request, Result
@@ -143,13 +144,15 @@ def _drain(box: deque) -> list:
 
 
 def load(target: PathLike, drafter: Optional[PathLike] = None, config: Optional[EngineConfig] = None,
-         allow_scale_mismatch: bool = False, target_kv_overrides: Optional[dict] = None) -> LLM:
-    """target_kv_overrides: GGUF metadata overrides for the target (llama.cpp's --override-kv)."""
+         allow_scale_mismatch: bool = False, target_kv_overrides: Optional[dict] = None,
+         cache: Optional[CacheConfig] = None) -> LLM:
+    """target_kv_overrides: GGUF metadata overrides for the target (llama.cpp's --override-kv).
+    cache: prompt-cache options (default CacheConfig(): prefix reuse and a 256 MiB RAM cache; docs/cache.md)."""
     config = config or EngineConfig()
     pair = load_pair(target, drafter, n_gpu_layers=config.n_gpu_layers, allow_scale_mismatch=allow_scale_mismatch,
                      target_kv_overrides=target_kv_overrides)
     try:
-        return LLM(Engine(pair, config))
+        return LLM(Engine(pair, config, cache=cache))
     except BaseException:
         pair.close()
         raise

@@ -61,3 +61,11 @@ class InvalidBatch(DecodeError):
     def __init__(self, what: str):
         PydflashError.__init__(self, what)
         self.code = -1
+
+
+class StateError(PydflashError):
+    """llama.cpp refused to save or restore a sequence's state (wrong layout, too few free cells, bad data)."""
+
+
+class CacheFileError(InvalidRequest):
+    """A slot file (or its name) is unusable: bad name, corrupted, truncated, or saved by another model pair."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pydflash import api
+from pydflash.cache import CacheConfig
 from pydflash.config import EngineConfig
 import pytest
 
@@ -129,11 +130,14 @@ def test_paused_slots_skip_features_and_restart_the_drafter(tiny, monkeypatch):
     features resumed. Output stays the plain greedy output, new requests start paused (the engine remembers), and
     the feature/KV invariants hold every step (check_invariants)."""
     p = tiny("qwen3")
-    with api.load(p.target, config=EngineConfig(n_ctx_slot=1024)) as plain:
+    # without kept sequences: they change the KV layout, and so the float rounding that exact equality over 400
+    # tokens of a random model is sensitive to (the prompt cache has its own tests)
+    no_cache = CacheConfig(reuse=False, ram_mib=0)
+    with api.load(p.target, config=EngineConfig(n_ctx_slot=1024), cache=no_cache) as plain:
         toks = [plain.tokenize(t) for t in ("hello world", "the quick brown fox", "a b c d e f g")]
         base = [plain.generate(t, max_tokens=400, ignore_eos=True).tokens for t in toks]
     cfg = EngineConfig(n_ctx_slot=1024, n_slots=2, adaptive=True, synth_len=1.0, check_invariants=True)
-    with api.load(p.target, p.drafter, config=cfg) as llm:
+    with api.load(p.target, p.drafter, config=cfg, cache=no_cache) as llm:
         eng = llm.engine
         eng.costs.seconds, eng.costs.seen = {0: 1.0, 15: 3.0}, {0, 15}
         monkeypatch.setattr(adaptive.StepCosts, "observe", lambda self, k, s: None)

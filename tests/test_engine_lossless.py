@@ -107,9 +107,11 @@ def test_reject_everything_leaks_no_kv(tiny):
         for req, res in zip(reqs, results):
             assert res.stats.n_accepted == 0 and res.stats.n_drafted > 0
             oracle.check(req.prompt, res.tokens, max_flips=0)
-        for seq in range(2):
-            assert eng.target_ctx.seq_pos_max(seq) == -1
-            assert eng.drafter.ctx.seq_pos_max(seq) == -1
+        for seq in range(2):  # each slot holds its kept sequence (prompt cache) and nothing else
+            kept = eng.prompt_cache.resident[seq]
+            held = kept.n - 1 if kept is not None else -1
+            assert eng.target_ctx.seq_pos_max(seq) == held
+            assert eng.drafter.ctx.seq_pos_max(seq) == (kept.features.drafter_len - 1 if kept is not None else -1)
         # the whole unified cache is free again: a request filling a slot's window still fits
         big = llm.generate(llm.tokenize(PROMPTS[6])[:40], max_tokens=256 - 40 - eng.block_size, ignore_eos=True)
         assert big.finish_reason == "length"

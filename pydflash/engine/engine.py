@@ -24,6 +24,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
+from ..cache.config import CacheConfig
 from ..config import EngineConfig
 from ..errors import ContextOverflow, EngineClosed, InvalidRequest, InvariantError
 from ..native import Context, ContextParams
@@ -31,6 +32,7 @@ from ..pair import Pair
 from . import adaptive
 from .accept import commit_tokens, greedy_accept, synthetic_accept, synthetic_rate
 from .drafter import Drafter
+from .prefix import PromptCache
 from .request import Event, Request, Result
 from .slot import Slot
 from .stats import Stats
@@ -41,7 +43,7 @@ log = logging.getLogger(__name__)
 
 
 class Engine:
-    def __init__(self, pair: Pair, config: EngineConfig = EngineConfig()):
+    def __init__(self, pair: Pair, config: EngineConfig = EngineConfig(), cache: Optional[CacheConfig] = None):
         self.pair = pair
         self.config = config
         self.model = pair.target
@@ -87,6 +89,7 @@ class Engine:
             if self.drafter is None:
                 raise ValueError("synthetic acceptance needs a drafter and draft_max > 0")
             self.synth_p = synthetic_rate(config.synth_len, self.default_draft)
+        self.prompt_cache = PromptCache(self, cache or CacheConfig())  # prefix reuse, RAM cache, SWA checkpoints
 
     # --- requests -------------------------------------------------------------------------------------
     def _clamp_draft(self, k: Optional[int]) -> int:
@@ -204,6 +207,9 @@ class Engine:
             self._keep_features(slot, rows, pos0, n)
         slot.n_past = pos0 + n
         del slot.prefill[:n]
+        self.prompt_cache.after_commit(slot)  # SWA checkpoints every CacheConfig.checkpoint_every positions
+        if slot.prefilled:
+            self.prompt_cache.after_prefill(slot)  # and one at the end of the prompt
 
     def _n_drafts(self, slot: Slot) -> int:
         if self.drafter is None:
@@ -261,6 +267,7 @@ class Engine:
             adaptive.observe(slot.policy, self.accept_prior, k, m)
         if self.config.check_invariants:
             self._check(slot)
+        self.prompt_cache.after_commit(slot)  # an SWA checkpoint every CacheConfig.checkpoint_every positions
         if slot.finish_reason is None:
             return Event(slot.request.id, text, new_tokens)
         text += slot.text.finish()
@@ -332,24 +339,38 @@ class Engine:
 
     # --- slots ----------------------------------------------------------------------------------------
     def _admit(self) -> None:
-        for i, cur in enumerate(self.slots):
-            if cur is not None or not self.queue:
-                continue
+        while self.queue and None in self.slots:
             req, tokens = self.queue.popleft()
+            # the free slot whose kept sequence shares the longest prefix with this prompt
+            free = [j for j, s in enumerate(self.slots) if s is None]
+            i = self.prompt_cache.pick_slot(tokens, free, req.cache_prompt)
             draft = self._clamp_draft(req.draft_max if req.draft_max is not None else self.config.draft_max)
             # the prompt but its last token goes through the target in chunks (step); the last is the first anchor
             slot = Slot(seq=i, request=req, prompt=tokens, draft_max=draft, stats=Stats(n_prompt=len(tokens)),
                         text=TextStream(req.stop), policy=adaptive.new_slot_policy(self.accept_prior),
                         prefill=list(tokens[:-1]), anchor=tokens[-1], admitted=next(self._admissions))
             self.target_ctx.set_sampling(i, req.sampling)
+            # both KV caches and the feature bookkeeping brought to the longest usable cached prefix: only the rest
+            # of the prompt goes through the target
+            n_cached = slot.stats.n_cached = self.prompt_cache.admit(slot, tokens, req.cache_prompt)
+            del slot.prefill[:n_cached]
+            if slot.prefilled:
+                self.prompt_cache.after_prefill(slot)
             self.slots[i] = slot
 
     def _release(self, slot: Slot) -> None:
-        self.target_ctx.seq_rm(slot.seq, 0)
-        if self.drafter is not None:
-            self.drafter.ctx.seq_rm(slot.seq, 0)
+        self.prompt_cache.release(slot)  # keeps the sequence in both caches for reuse (or clears them)
         self.slots[slot.seq] = None
         self.stats.merge_tokens(slot.stats)
+
+    # --- slot files (llama-server's /slots/{id}?action=save|restore) ---------------------------------
+    def save_slot(self, seq: int, path) -> dict:
+        """Write an idle slot's kept sequence (both states, tokens, feature bookkeeping) to a slot file."""
+        return self.prompt_cache.save_slot(seq, path)
+
+    def restore_slot(self, seq: int, path) -> dict:
+        """Load a slot file into an idle slot; CacheFileError (a 400) leaves the slot empty and usable."""
+        return self.prompt_cache.restore_slot(seq, path)
 
     # --- convenience ----------------------------------------------------------------------------------
     def run(self, requests: Iterable[Request]) -> dict[int, Result]:

@@ -59,6 +59,7 @@ class Request:
     top_k: int = 0  # 0: off
     top_p: float = 1.0  # 1: off
     seed: Optional[int] = None  # None: fresh entropy (see the class docstring)
+    cache_prompt: bool = True  # reuse a cached prefix of the prompt (and keep this one for later requests)
     id: int = field(default_factory=lambda: next(_ids))
     _seed: int = field(init=False, repr=False, compare=False, default=0)
 
@@ -73,7 +74,7 @@ class Request:
         self.stop = list(self.stop)
         if self.draft_max is not None and (not _is_int(self.draft_max) or self.draft_max < 0):
             _fail(f"draft_max must be None or an integer >= 0, got {self.draft_max!r}")
-        for name in ("ignore_eos", "add_special"):
+        for name in ("ignore_eos", "add_special", "cache_prompt"):
             if not isinstance(getattr(self, name), bool):
                 _fail(f"{name} must be a bool, got {getattr(self, name)!r}")
         if not _is_real(self.temperature) or not (0.0 <= self.temperature < math.inf):  # also rejects NaN

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 @dataclass
 class Stats:
     n_prompt: int = 0
+    n_cached: int = 0  # prompt tokens taken from the prompt cache, not prefilled
     n_generated: int = 0
     n_steps: int = 0  # target forwards after prefill (each commits >= 1 token)
     n_draft_steps: int = 0  # steps that carried drafts
@@ -41,7 +42,8 @@ class Stats:
 
     def merge_tokens(self, other: "Stats") -> None:
         """Add another request's counts. Times are not merged: the engine's own are per step, shared by slots."""
-        for name in ("n_prompt", "n_generated", "n_steps", "n_draft_steps", "n_drafted", "n_accepted", "n_feature_steps"):
+        for name in ("n_prompt", "n_cached", "n_generated", "n_steps", "n_draft_steps", "n_drafted", "n_accepted",
+                     "n_feature_steps"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.t_prefill += other.t_prefill
         for mine, theirs in ((self.accept_hist, other.accept_hist), (self.drafted_hist, other.drafted_hist)):
@@ -70,6 +72,7 @@ class Stats:
     def as_dict(self) -> dict:
         return {
             "n_prompt": self.n_prompt,
+            "n_cached": self.n_cached,
             "n_generated": self.n_generated,
             "n_steps": self.n_steps,
             "n_drafted": self.n_drafted,

@@ -1,0 +1,69 @@
+"""What one cached sequence holds: its tokens, both contexts' states, the slot's feature bookkeeping, checkpoints.
+
+A *resident* sequence (a released slot's) keeps its states in the live contexts: there ``target`` and
+``drafter`` are empty. A RAM entry or a slot file carries them as bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(eq=False)
+class Features:
+    """The slot's feature bookkeeping (see engine/slot.py): the drafter KV holds target features for positions
+    [drafter_base, drafter_len); ``rows`` are features of [drafter_len, drafter_len + len(rows)) not injected yet;
+    ``gap``: positions past those got no features (adaptive drafting had extraction paused)."""
+
+    drafter_base: int = 0
+    drafter_len: int = 0
+    gap: bool = False
+    rows: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))  # [m, n_feature_cols]
+    positions: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # [m]
+
+    @property
+    def n_featured(self) -> int:
+        """End of the positions with known features."""
+        return self.drafter_len + len(self.positions)
+
+    def usable(self) -> int:
+        """How many leading positions have features in the drafter or pending: a restore may reuse no more.
+
+        After a pause the drafter context restarted at drafter_base > 0: the features of [0, drafter_base) are
+        gone, so nothing is reusable with the drafter consistent (the caller re-prefills both)."""
+        return 0 if self.drafter_base > 0 else self.n_featured
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows.nbytes + self.positions.nbytes
+
+
+@dataclass
+class Checkpoint:
+    """The target's sliding-window layers at ``n`` positions (state flag PARTIAL): restoring it and trimming the
+    full-attention layers to ``n`` gives the exact state at ``n``, however far the sequence ran past the window."""
+
+    n: int
+    swa_min: int  # smallest position the restored SWA layers hold
+    target: bytes
+
+
+@dataclass(eq=False)  # identity: entries hold numpy arrays
+class Snapshot:
+    tokens: np.ndarray  # [n] int32: the tokens at positions 0..n-1 of both KV caches
+    features: Features
+    swa_min: int = 0  # smallest position the target's SWA layers hold after a restore (0 without SWA)
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    target: bytes = b""  # full target state (empty for a resident: it lives in the context)
+    drafter: bytes = b""  # full drafter state ('' also when the engine has no drafter)
+
+    @property
+    def n(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def nbytes(self) -> int:
+        return (len(self.target) + len(self.drafter) + self.tokens.nbytes + self.features.nbytes
+                + sum(len(c.target) for c in self.checkpoints))

@@ -1,0 +1,349 @@
+"""Prompt reuse for the engine: which slot a request goes to, and how both KV caches get to its cached prefix.
+
+Three paths, all keeping the target and the drafter consistent (DFLASH_NOTES §3):
+- **resident**: a released slot keeps its tokens and both caches; a new request sharing a prefix trims both at the
+  same position p (and the feature bookkeeping with them) and prefills only the rest;
+- **RAM**: a resident about to be overwritten is first copied (both states + bookkeeping) into the RAM cache; a
+  request whose longest prefix lives there restores both states into its slot, all or nothing;
+- **checkpoint**: an SWA target (Gemma-3) keeps only the last n_swa positions in its sliding-window layers, so a
+  sequence that ran past the window cannot simply be trimmed back: the nearest checkpoint at or before p is
+  restored instead (partial state), or the request re-prefills.
+
+The reuse point p is at most len(prompt) - 1 (the last prompt token is the first anchor and never prefilled), at
+most the positions whose features the drafter holds or has pending, and 0 (a full re-prefill of both) when the
+snapshot's drafter context restarted after an adaptive-drafting pause. Every fallback is logged with its reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Optional
+
+import numpy as np
+
+from ..cache import blocks, slotfile
+from ..cache.config import CacheConfig
+from ..cache.digest import model_digest
+from ..cache.ram import RamCache
+from ..cache.snapshot import Checkpoint, Features, Snapshot
+from ..errors import CacheFileError, InvalidRequest, PydflashError
+from ..native import state
+from .slot import FeatureRows, Slot
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+log = logging.getLogger(__name__)
+
+
+class PromptCache:
+    def __init__(self, engine: "Engine", cfg: CacheConfig):
+        self.engine = engine
+        self.cfg = cfg
+        self.target = engine.target_ctx
+        self.dctx = engine.drafter.ctx if engine.drafter is not None else None
+        self.n_swa = state.n_swa(engine.model)
+        self.enabled = cfg.reuse or cfg.ram_bytes > 0
+        if self.dctx is not None and state.n_swa(engine.pair.drafter) > 0:
+            # its own window would need drafter checkpoints too, and the engine's drafter invariant assumes a
+            # contiguous KV from drafter_base: not supported yet
+            log.warning("prompt cache off: the drafter has sliding-window layers")
+            self.enabled = False
+        self.digests = (model_digest(engine.model), model_digest(engine.pair.drafter) if self.dctx else "")
+        self.ram = RamCache(cfg.ram_bytes, blocks.salt(*self.digests), cfg.block) if cfg.ram_bytes else None
+        n = engine.config.n_slots
+        self.resident: list[Optional[Snapshot]] = [None] * n  # released slots' sequences (states live in the KV)
+        self.live_ckpts: list[list[Checkpoint]] = [[] for _ in range(n)]  # checkpoints of the running requests
+        self.n_reused = 0  # prompt tokens not prefilled thanks to the cache, all requests
+        self.fallbacks = 0  # cached prefixes found but not used (logged with the reason)
+
+    # --- admission ------------------------------------------------------------------------------------
+    def pick_slot(self, tokens: list[int], free: list[int], cache_prompt: bool = True) -> int:
+        """The free slot whose resident sequence gives the longest reuse; ties go to the one with least to lose.
+        When the RAM cache holds a longer prefix, the slot with least to lose (it is restored there)."""
+
+        def least_to_lose(seq):
+            return (self.resident[seq].n if self.resident[seq] is not None else 0, seq)
+
+        if not (self.enabled and cache_prompt):
+            return min(free, key=least_to_lose)  # keep the most valuable residents
+
+        def reuse(seq):
+            res = self.resident[seq]
+            if res is None or not self.cfg.reuse:
+                return 0
+            n_common = blocks.common_prefix(res.tokens, tokens[:-1])
+            return self._plan(res, self._live_swa_min(seq), n_common, quiet=True)[0]
+
+        best = max(free, key=lambda seq: (reuse(seq), -least_to_lose(seq)[0], -seq))
+        found = self.ram.lookup(tokens, len(tokens) - 1) if self.ram is not None else None
+        if found is not None and self._plan(found[1], found[1].swa_min, found[2], quiet=True)[0] > reuse(best):
+            return min(free, key=least_to_lose)
+        return best
+
+    def admit(self, slot: Slot, tokens: list[int], cache_prompt: bool = True) -> int:
+        """Bring both caches of ``slot.seq`` to the longest usable cached prefix of ``tokens`` (its feature
+        bookkeeping with them); returns that length, the positions the caller does not prefill."""
+        seq, limit = slot.seq, len(tokens) - 1
+        res, self.resident[seq] = self.resident[seq], None
+        self.live_ckpts[seq] = []
+        if not (self.enabled and cache_prompt) or limit <= 0:
+            self._save(seq, res, 0)
+            self._clear(seq)
+            return 0
+        src, p, ckpt, from_ram = None, 0, None, False
+        if res is not None and self.cfg.reuse:
+            src = res
+            p, ckpt = self._plan(res, self._live_swa_min(seq), blocks.common_prefix(res.tokens, tokens[:limit]))
+        found = self.ram.lookup(tokens, limit) if self.ram is not None else None
+        if found is not None:
+            key, snap, n_common = found
+            p_ram, ckpt_ram = self._plan(snap, snap.swa_min, n_common)
+            if p_ram > p:
+                self._save(seq, res, 0)
+                if self._restore(seq, snap):
+                    self.ram.hit(key)
+                    src, p, ckpt, from_ram = snap, p_ram, ckpt_ram, True
+                else:
+                    src, p, ckpt = None, 0, None
+        if self.ram is not None and not from_ram:
+            self.ram.miss()
+        if not from_ram:
+            self._save(seq, res, p)
+        n = self._trim(slot, src, p, ckpt) if src is not None and p > 0 else 0
+        if n == 0:
+            self._clear(seq)
+        self.n_reused += n
+        if n:
+            log.debug("slot %d: reusing %d of %d prompt tokens (%s)", seq, n, len(tokens),
+                      "RAM" if from_ram else "slot")
+        if self.engine.config.check_invariants:
+            self.engine._check(slot)
+        return n
+
+    def _plan(self, src: Snapshot, swa_min: int, n_common: int,
+              quiet: bool = False) -> tuple[int, Optional[Checkpoint]]:
+        """How many leading positions of ``src`` can be reused for a prompt sharing n_common of them, and the
+        checkpoint to restore first (None: trim only)."""
+        p = n_common
+        if self.dctx is not None:
+            usable = src.features.usable()
+            if usable < p:
+                if src.features.drafter_base > 0 and not quiet:
+                    self._fallback("the snapshot's drafter context restarted after a feature pause", p)
+                p = usable
+        if p < self.cfg.block:
+            # a shared BOS or so saves nothing, and prefilling the whole prompt keeps its batch shapes (and so
+            # its float rounding) those of an uncached request
+            return 0, None
+        if self._swa_ok(swa_min, p):
+            return p, None
+        fits = [c for c in src.checkpoints if c.n <= p and self._swa_ok(c.swa_min, c.n)]
+        if fits:
+            best = max(fits, key=lambda c: c.n)
+            return best.n, best
+        if not quiet:
+            self._fallback(f"the sliding window no longer holds position {max(0, p - self.n_swa + 1)} and no "
+                           f"checkpoint fits", p)
+        return 0, None
+
+    def _swa_ok(self, swa_min: int, p: int) -> bool:
+        """The SWA layers, holding positions from swa_min, can attend for a token at position p (llama.cpp masks
+        keys with p - key >= n_swa, so the token needs keys from p - n_swa + 1)."""
+        return self.n_swa == 0 or swa_min <= max(0, p - self.n_swa + 1)
+
+    def _live_swa_min(self, seq: int) -> int:
+        return max(0, self.target.seq_pos_min(seq)) if self.n_swa else 0
+
+    def _fallback(self, why: str, p: int) -> None:
+        if p < self.cfg.block:
+            return  # a shared BOS or so: not worth a log line
+        self.fallbacks += 1
+        log.info("prompt cache: not reusing %d cached positions: %s; prefilling them again", p, why)
+
+    # --- restore and trim ---------------------------------------------------------------------------------
+    def _restore(self, seq: int, snap: Snapshot) -> bool:
+        """Both full states into ``seq``, all or nothing; then checked against the snapshot's bookkeeping."""
+        try:
+            state.state_seq_set(self.target, seq, snap.target)
+            if self.dctx is not None:
+                state.state_seq_set(self.dctx, seq, snap.drafter)
+        except PydflashError as exc:
+            self._clear(seq)
+            self._fallback(f"restore refused ({exc})", snap.n)
+            return False
+        why = self._mismatch(seq, snap)
+        if why:
+            self._clear(seq)
+            self._fallback(why, snap.n)
+            return False
+        return True
+
+    def _mismatch(self, seq: int, snap: Snapshot) -> str:
+        """Why the restored caches disagree with the snapshot's token count or feature bookkeeping ('' if not)."""
+        if self.target.seq_pos_max(seq) != snap.n - 1:
+            return f"target state holds {self.target.seq_pos_max(seq) + 1} positions, the snapshot {snap.n}"
+        if self.dctx is not None:
+            f = snap.features
+            want = (-1, -1) if f.drafter_len == f.drafter_base else (f.drafter_base, f.drafter_len - 1)
+            held = (self.dctx.seq_pos_min(seq), self.dctx.seq_pos_max(seq))
+            if held != want:
+                return f"drafter state holds positions {held}, the snapshot's bookkeeping says {want}"
+        return ""
+
+    def _trim(self, slot: Slot, src: Snapshot, p: int, ckpt: Optional[Checkpoint]) -> int:
+        """Cut both caches (already holding ``src``) and the feature bookkeeping at p; returns p, or 0 when that
+        fails (the caller clears both)."""
+        seq, f = slot.seq, src.features
+        try:
+            if ckpt is not None:
+                state.state_seq_set(self.target, seq, ckpt.target, state.PARTIAL)
+            self.target.seq_rm(seq, p)
+            if self.dctx is not None:
+                if f.drafter_len > p:
+                    self.dctx.seq_rm(seq, p)
+                slot.drafter_base = f.drafter_base
+                slot.drafter_len = min(f.drafter_len, p)
+                keep = f.positions < p
+                slot.pending = [FeatureRows(f.rows[keep], f.positions[keep])] if keep.any() else []
+                slot.feature_gap = False  # _plan keeps p within the featured positions
+        except PydflashError as exc:
+            self._fallback(f"trimming failed ({exc})", p)
+            self._reset(slot)
+            return 0
+        slot.n_past = p
+        if not self._swa_ok(self._live_swa_min(seq), p):  # belt and braces: never attend over a hole
+            self._fallback(f"the sliding window starts at {self._live_swa_min(seq)} after the restore", p)
+            self._reset(slot)
+            return 0
+        self.live_ckpts[seq] = [c for c in src.checkpoints if c.n <= p]
+        return p
+
+    def _reset(self, slot: Slot) -> None:
+        slot.n_past = slot.drafter_base = slot.drafter_len = 0
+        slot.pending, slot.feature_gap = [], False
+
+    def _clear(self, seq: int) -> None:
+        self.target.seq_rm(seq, 0)
+        if self.dctx is not None:
+            self.dctx.seq_rm(seq, 0)
+
+    # --- release, RAM, checkpoints --------------------------------------------------------------------
+    def release(self, slot: Slot) -> None:
+        """Keep a finished (or cancelled) slot's sequence resident: both caches trimmed to the tokens we know."""
+        seq = slot.seq
+        ckpts, self.live_ckpts[seq] = self.live_ckpts[seq], []
+        if not (self.enabled and slot.request.cache_prompt):
+            self.resident[seq] = None
+            self._clear(seq)
+            return
+        # the KV holds prompt + committed tokens; committed past a stop (EOS, stop string, max_tokens) are unknown
+        tokens = (list(slot.prompt) + list(slot.generated))[: slot.n_past]
+        n = len(tokens)
+        try:
+            self.target.seq_rm(seq, n)
+            feats = self._features_at(slot, n)
+        except PydflashError as exc:
+            log.info("slot %d: not kept for reuse: %s", seq, exc)
+            self.resident[seq] = None
+            self._clear(seq)
+            return
+        self.resident[seq] = Snapshot(np.asarray(tokens, dtype=np.int32), feats,
+                                      checkpoints=[c for c in ckpts if c.n <= n])
+
+    def _features_at(self, slot: Slot, n: int) -> Features:
+        """The slot's feature bookkeeping cut at n positions (the drafter KV trimmed with it)."""
+        if self.dctx is None:
+            return Features()
+        dlen = slot.drafter_len
+        if dlen > n:
+            self.dctx.seq_rm(slot.seq, n)
+            dlen = n
+        rows = [p.rows for p in slot.pending]
+        pos = np.concatenate([p.positions for p in slot.pending]) if rows else np.zeros(0, np.int32)
+        rows = np.concatenate(rows) if rows else np.zeros((0, 0), np.float32)
+        keep = pos < n
+        f = Features(slot.drafter_base, dlen, False, rows[keep] if len(rows) else rows, pos[keep])
+        f.gap = f.n_featured < n
+        return f
+
+    def _snapshot(self, seq: int, res: Snapshot) -> Snapshot:
+        """Copy a resident sequence's live states out of both contexts."""
+        live_min = self._live_swa_min(seq)
+        # a full state leaves out SWA cells already masked for the sequence's last position
+        swa_min = max(live_min, res.n - self.n_swa) if self.n_swa else 0
+        target = state.state_seq_get(self.target, seq)
+        drafter = state.state_seq_get(self.dctx, seq) if self.dctx is not None else b""
+        # checkpoints only where the full state cannot serve (before its window), else they are dead weight
+        ckpts = [c for c in res.checkpoints if not self._swa_ok(swa_min, c.n)]
+        return Snapshot(res.tokens.copy(), res.features, swa_min=swa_min, checkpoints=ckpts, target=target,
+                        drafter=drafter)
+
+    def _save(self, seq: int, res: Optional[Snapshot], keep: int) -> None:
+        """Copy a resident into RAM before its caches are cut to ``keep`` positions, if that loses enough."""
+        if self.ram is None or res is None or res.n - keep < self.cfg.save_min_drop:
+            return
+        if self.dctx is not None and res.features.usable() < self.cfg.block:
+            return  # nothing a restore could use with the drafter consistent
+        try:
+            self.ram.put(self._snapshot(seq, res))
+        except PydflashError as exc:
+            log.info("slot %d: not copied to the RAM cache: %s", seq, exc)
+
+    def after_prefill(self, slot: Slot) -> None:
+        """A checkpoint at the end of the prompt: where the next turn of a chat is most likely to diverge."""
+        ck = self.live_ckpts[slot.seq]
+        if ck and ck[-1].n >= slot.n_past:
+            return
+        self._checkpoint(slot)
+
+    def after_commit(self, slot: Slot) -> None:
+        ck = self.live_ckpts[slot.seq]
+        if slot.n_past - (ck[-1].n if ck else 0) >= self.cfg.checkpoint_every:
+            self._checkpoint(slot)
+
+    def _checkpoint(self, slot: Slot) -> None:
+        if not (self.enabled and self.n_swa and self.cfg.checkpoint_every and self.cfg.max_checkpoints):
+            return
+        if not slot.request.cache_prompt or slot.n_past == 0:
+            return
+        seq, n = slot.seq, slot.n_past
+        data = state.state_seq_get(self.target, seq, state.PARTIAL)
+        ck = self.live_ckpts[seq]
+        ck.append(Checkpoint(n, max(self._live_swa_min(seq), n - self.n_swa), data))
+        del ck[: max(0, len(ck) - self.cfg.max_checkpoints)]
+
+    # --- slot files -----------------------------------------------------------------------------------
+    def save_slot(self, seq: int, path) -> dict:
+        res = self._idle_resident(seq)
+        if res is None:
+            raise InvalidRequest(f"slot {seq} holds no prompt to save")
+        n_bytes = slotfile.write(path, self._snapshot(seq, res), self.digests)
+        return {"id_slot": seq, "n_saved": res.n, "n_written": n_bytes}
+
+    def restore_slot(self, seq: int, path) -> dict:
+        """Load a slot file into an idle slot, all or nothing: on any refusal the slot is left empty (and usable)."""
+        self._idle_resident(seq)
+        snap = slotfile.read(path, self.digests)  # CacheFileError before any state reaches a context
+        if self.dctx is None and snap.drafter:
+            raise CacheFileError("slot file carries a drafter state but this engine has no drafter")
+        self.resident[seq] = None
+        self.live_ckpts[seq] = []
+        if not self._restore(seq, snap):
+            raise CacheFileError("slot file state refused by llama.cpp or inconsistent with its bookkeeping")
+        self.resident[seq] = Snapshot(snap.tokens, snap.features, checkpoints=snap.checkpoints)
+        return {"id_slot": seq, "n_restored": snap.n}
+
+    def _idle_resident(self, seq: int) -> Optional[Snapshot]:
+        if not 0 <= seq < len(self.resident):
+            raise InvalidRequest(f"no slot {seq}")
+        if self.engine.slots[seq] is not None:
+            raise InvalidRequest(f"slot {seq} is busy")
+        return self.resident[seq]
+
+    def metrics(self) -> dict:
+        out = {"n_reused_tokens": self.n_reused, "fallbacks": self.fallbacks,
+               "resident_tokens": sum(r.n for r in self.resident if r is not None)}
+        if self.ram is not None:
+            out["ram"] = self.ram.metrics()
+        return out
