@@ -111,15 +111,16 @@ def test_chat_with_openai_client_streamed_and_not(server, oracle):
     plain = client.chat.completions.create(model="plain", messages=msgs, max_tokens=30, temperature=0,
                                            extra_body=extra)
     stream = client.chat.completions.create(model="spec", messages=msgs, max_tokens=30, temperature=0, stream=True,
-                                            stream_options={"include_usage": True})
+                                            stream_options={"include_usage": True}, extra_body=extra)
     chunks = list(stream)
     assert chunks[0].choices[0].delta.role == "assistant"
     assert len({c.id for c in chunks}) == 1
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert len(finishes) == 1
-    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == full.usage.completion_tokens
+    assert chunks[-1].choices == []
     joined = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert joined == full.choices[0].message.content
+    streamed = [t for c in chunks if c.choices for t in (c.choices[0].model_extra.get("tokens") or [])]
+    assert joined == oracle.model.detokenize(streamed).decode("utf-8", "replace")
     # speculation on and off agree up to tie-flips: the prompt is what the server rendered (gemma fallback)
     model = oracle.model
     tmpl = chat.resolve(None, "gemma3", None, bos_token=model.token_to_piece(model.bos, special=True).decode(),
@@ -127,7 +128,9 @@ def test_chat_with_openai_client_streamed_and_not(server, oracle):
     text = tmpl.render([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say something."}])
     prompt = model.tokenize(text, add_special=not tmpl.emits_bos, parse_special=True)
     assert full.usage.prompt_tokens == len(prompt)
-    oracle.check(prompt, full.choices[0].model_extra["tokens"], base_tokens=plain.choices[0].model_extra["tokens"])
+    # kept sequences of the prompt cache move cells, hence rounding: stream and non-stream agree up to tie-flips
+    for tokens in (full.choices[0].model_extra["tokens"], streamed):
+        oracle.check(prompt, tokens, base_tokens=plain.choices[0].model_extra["tokens"])
 
 
 def test_sixteen_clients_on_four_slots(server, oracle):

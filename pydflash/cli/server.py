@@ -69,7 +69,7 @@ def build_models(args):
     if args.model:
         if not os.path.isfile(target):
             raise ValueError(f"no such model file: {args.model}")
-        if args.model_draft and not os.path.isfile(drafter):
+        if args.model_draft and not os.path.isfile(args.model_draft):
             raise ValueError(f"no such drafter file: {args.model_draft}")
     name = args.alias or (os.path.splitext(os.path.basename(args.model))[0] if args.model else "default")
     preset = Preset(name=name, target=target, drafter=drafter, n_slots=args.parallel, n_ctx_slot=args.ctx_size,
