@@ -107,8 +107,13 @@ def test_prefill_chunks_fill_the_batch_oldest_first(tiny):
 
 
 def test_cancel_while_prefilling_frees_the_slot(tiny):
+    """With the prompt cache off, nothing of a cancelled prefill stays (with it on, the prefilled part is kept for
+    reuse: tests/test_cache_engine.py)."""
+    from pydflash.cache.config import CacheConfig
+
     p = tiny("qwen3")
-    with spec_llm(p, n_batch=32, n_ubatch=32) as llm:
+    with api.load(p.target, p.drafter, config=EngineConfig(n_ctx_slot=1024, n_batch=32, n_ubatch=32),
+                  cache=CacheConfig(reuse=False, ram_mib=0)) as llm:
         eng = llm.engine
         req = Request(llm.tokenize(LONG), max_tokens=4, ignore_eos=True)
         eng.submit(req)
