@@ -13,14 +13,19 @@ import pytest
 from server_util import Server, write_models_toml
 
 
+def two_model_server(tiny, folder, n_ctx_slot: int, max_resident: int) -> Server:
+    """Presets alpha (tiny gemma3 pair, the default) and beta (tiny llama pair)."""
+    a, b = tiny("gemma3"), tiny("llama")
+    cfg = write_models_toml(folder / "models.toml", {
+        "alpha": {"target": str(a.target), "drafter": str(a.drafter), "n_slots": 2, "n_ctx_slot": n_ctx_slot},
+        "beta": {"target": str(b.target), "drafter": str(b.drafter), "n_slots": 2, "n_ctx_slot": n_ctx_slot},
+    }, default="alpha")
+    return Server(["--config", str(cfg), "--max-resident", str(max_resident)])
+
+
 @pytest.fixture(scope="module")
 def server(tiny, tmp_path_factory):
-    a, b = tiny("gemma3"), tiny("llama")
-    cfg = write_models_toml(tmp_path_factory.mktemp("router") / "models.toml", {
-        "alpha": {"target": str(a.target), "drafter": str(a.drafter), "n_slots": 2, "n_ctx_slot": 512},
-        "beta": {"target": str(b.target), "drafter": str(b.drafter), "n_slots": 2, "n_ctx_slot": 512},
-    }, default="alpha")
-    srv = Server(["--config", str(cfg), "--max-resident", "1"])
+    srv = two_model_server(tiny, tmp_path_factory.mktemp("router"), n_ctx_slot=512, max_resident=1)
     yield srv
     srv.stop()
 
@@ -55,12 +60,7 @@ def test_unknown_model_is_404(server):
 
 @pytest.fixture(scope="module")
 def pair_server(tiny, tmp_path_factory):
-    a, b = tiny("gemma3"), tiny("llama")
-    cfg = write_models_toml(tmp_path_factory.mktemp("kill") / "models.toml", {
-        "alpha": {"target": str(a.target), "drafter": str(a.drafter), "n_slots": 2, "n_ctx_slot": 2048},
-        "beta": {"target": str(b.target), "drafter": str(b.drafter), "n_slots": 2, "n_ctx_slot": 2048},
-    }, default="alpha")
-    srv = Server(["--config", str(cfg), "--max-resident", "2"])
+    srv = two_model_server(tiny, tmp_path_factory.mktemp("kill"), n_ctx_slot=2048, max_resident=2)
     yield srv
     srv.stop()
 
