@@ -49,6 +49,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--no-spec", action="store_true", help="plain decoding through the same engine")
     g.add_argument("--chat-template", default=None, help="a built-in template NAME (gemma, chatml) or a FILE")
     g.add_argument("--max-queue", type=int, default=64, help="requests waiting for a slot before 429")
+    c = p.add_argument_group("prompt cache of the pair of -m (docs/cache.md; --config presets set their own)")
+    c.add_argument("--cache-ram", metavar="MiB", type=float, default=256.0,
+                   help="RAM cache of prompt snapshots across slots (0 = off; default 256)")
+    c.add_argument("--no-cache-reuse", action="store_true",
+                   help="do not keep a finished request's prompt in its slot for the next request")
+    c.add_argument("--ctx-checkpoint-every", metavar="N", type=int, default=256,
+                   help="sliding-window targets: a checkpoint every N positions (0 = none; default 256)")
+    c.add_argument("--slot-save-path", metavar="DIR", default=None,
+                   help="directory for POST /slots/{id}?action=save|restore files (default: those are refused)")
+    g.add_argument("--spec-synth-len", metavar="L", type=float, default=None,
+                   help="benchmarking only: force this mean acceptance length with a fixed draft block; "
+                        "the text is not valid output")
     p.add_argument("-v", "--verbose", action="store_true", help="log requests and model loads")
     return p.parse_args(argv)
 
@@ -56,6 +68,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 def build_models(args):
     from ..server.preset import EMBEDDED, Preset, ServerModels, load_models_toml
 
+    save_path = None
+    if args.slot_save_path is not None:
+        if not os.path.isdir(args.slot_save_path):
+            raise ValueError(f"--slot-save-path {args.slot_save_path}: no such directory")
+        save_path = os.path.abspath(args.slot_save_path)
     if args.config:
         if args.model_draft:
             raise ValueError("-md goes with -m; drafters of --config presets are set in the config")
@@ -74,8 +91,13 @@ def build_models(args):
     name = args.alias or (os.path.splitext(os.path.basename(args.model))[0] if args.model else "default")
     preset = Preset(name=name, target=target, drafter=drafter, n_slots=args.parallel, n_ctx_slot=args.ctx_size,
                     n_batch=args.batch_size, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
-                    draft_max=args.draft_max, draft_adaptive=not args.no_draft_adaptive,
-                    chat_template=args.chat_template, max_queue=args.max_queue)
+                    draft_max=args.draft_max,
+                    # forced acceptance assumes a fixed block (as pydflash-speculative --spec-synth-len)
+                    draft_adaptive=not args.no_draft_adaptive and args.spec_synth_len is None,
+                    chat_template=args.chat_template, max_queue=args.max_queue,
+                    cache_reuse=not args.no_cache_reuse, cache_ram_mib=args.cache_ram,
+                    checkpoint_every=args.ctx_checkpoint_every, slot_save_path=save_path,
+                    synth_len=args.spec_synth_len)
     return ServerModels({name: preset}, name)
 
 
@@ -101,6 +123,9 @@ def main(argv=None) -> int:
                      max_body_bytes=int(args.max_body_mb * 1024 * 1024), preload=not args.no_preload,
                      log_level="info" if args.verbose else "warning")
     log = logging.getLogger("pydflash.server")
+    if args.spec_synth_len is not None:
+        log.warning("--spec-synth-len %g: acceptance is forced, the generated text is NOT valid model output",
+                    args.spec_synth_len)
     log.warning("serving %s on http://%s:%d (models: %s)", "with an API key" if args.api_key else "without an API key",
                 args.host, args.port, ", ".join(models.presets))
     uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning",

@@ -9,6 +9,7 @@
     drafter = "gemma-3-270m-dflash-q8_0.gguf"
     n_slots = 4
     n_ctx_slot = 4096
+    cache_ram_mib = 256                   # prompt cache (docs/cache.md); slot_save_path is relative to this file too
 
 A preset's name is only ever looked up in this table; it is never joined into a path.
 """
@@ -26,6 +27,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+from ..cache.config import CacheConfig
 from ..config import EngineConfig
 from ..errors import InvalidRequest
 
@@ -50,21 +52,40 @@ class Preset:
     draft_adaptive: bool = True
     chat_template: Optional[str] = None  # a built-in NAME or a FILE; default: the GGUF's, else by architecture
     max_queue: int = 64  # requests waiting for a slot before 429
+    # prompt cache (docs/cache.md): llama-server's --cache-reuse, --cache-ram, --ctx-checkpoints, --slot-save-path
+    cache_reuse: bool = True
+    cache_ram_mib: float = 256.0  # 0 = no RAM cache
+    checkpoint_every: int = 256
+    slot_save_path: Optional[str] = None  # directory of /slots/{id}?action=save|restore files; None = refused
+    # benchmarking only: forced mean acceptance length (pydflash-speculative --spec-synth-len); the text is invalid
+    synth_len: Optional[float] = None
 
     def __post_init__(self):
         if not self.name or len(self.name) > 128 or any(ord(c) < 32 for c in self.name):
             raise ConfigError(f"bad preset name {self.name!r}")
         try:
             self.engine_config()
-        except ValueError as exc:
+        except (ValueError, TypeError) as exc:
             raise ConfigError(f"preset {self.name!r}: {exc}") from exc
         if self.max_queue < 0:
             raise ConfigError(f"preset {self.name!r}: max_queue must be >= 0")
+        try:
+            self.cache_config()
+        except (ValueError, TypeError) as exc:  # TypeError: a string where models.toml needs a number
+            raise ConfigError(f"preset {self.name!r}: {exc}") from exc
+        if self.synth_len is not None and (self.drafter == "" or self.draft_max == 0):
+            raise ConfigError(f"preset {self.name!r}: synth_len needs a drafter and draft_max > 0")
+        if self.slot_save_path is not None and not pathlib.Path(self.slot_save_path).is_dir():
+            raise ConfigError(f"preset {self.name!r}: slot_save_path {self.slot_save_path!r} is not a directory")
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(n_slots=self.n_slots, n_ctx_slot=self.n_ctx_slot, n_batch=self.n_batch,
                             n_ubatch=min(512, self.n_batch), n_threads=self.n_threads, n_gpu_layers=self.n_gpu_layers,
-                            draft_max=self.draft_max, adaptive=self.draft_adaptive, check_invariants=False)
+                            draft_max=self.draft_max, adaptive=self.draft_adaptive, synth_len=self.synth_len,
+                            check_invariants=False)
+
+    def cache_config(self) -> CacheConfig:
+        return CacheConfig(reuse=self.cache_reuse, ram_mib=self.cache_ram_mib, checkpoint_every=self.checkpoint_every)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -106,7 +127,7 @@ def load_models_toml(path: str | pathlib.Path) -> ServerModels:
         if unknown:
             raise ConfigError(f"{path}: preset {name!r} has unknown keys {sorted(unknown)}")
         table = dict(table)
-        for key in ("target", "drafter", "chat_template"):
+        for key in ("target", "drafter", "chat_template", "slot_save_path"):
             table[key] = _resolve_path(path.parent, table.get(key), key)
         presets[name] = Preset(name=name, **{k: v for k, v in table.items() if v is not None or k == "drafter"})
     return ServerModels(presets, default or next(iter(presets), ""))

@@ -49,7 +49,7 @@ def load_engine(preset: Preset):
         target, drafter = d.target, (d.drafter if drafter is None else drafter)
     pair = load_pair(target, drafter or None, n_gpu_layers=preset.n_gpu_layers)
     try:
-        engine = Engine(pair, preset.engine_config())
+        engine = Engine(pair, preset.engine_config(), cache=preset.cache_config())
     except BaseException:
         pair.close()
         raise
