@@ -372,6 +372,10 @@ class Engine:
         """Load a slot file into an idle slot; CacheFileError (a 400) leaves the slot empty and usable."""
         return self.prompt_cache.restore_slot(seq, path)
 
+    def erase_slot(self, seq: int) -> dict:
+        """Forget an idle slot's kept sequence (both KV caches); InvalidRequest if the slot is busy."""
+        return self.prompt_cache.erase_slot(seq)
+
     # --- convenience ----------------------------------------------------------------------------------
     def run(self, requests: Iterable[Request]) -> dict[int, Result]:
         """Submit all (all validated first), step until done; results by request id."""

@@ -334,6 +334,14 @@ class PromptCache:
         self.resident[seq] = Snapshot(snap.tokens, snap.features, checkpoints=snap.checkpoints)
         return {"id_slot": seq, "n_restored": snap.n}
 
+    def erase_slot(self, seq: int) -> dict:
+        """Drop an idle slot's kept sequence from both contexts (and its checkpoints)."""
+        res = self._idle_resident(seq)
+        self.resident[seq] = None
+        self.live_ckpts[seq] = []
+        self._clear(seq)
+        return {"id_slot": seq, "n_erased": res.n if res is not None else 0}
+
     def _idle_resident(self, seq: int) -> Optional[Snapshot]:
         if not 0 <= seq < len(self.resident):
             raise InvalidRequest(f"no slot {seq}")

@@ -77,6 +77,12 @@ def create_app(models: ServerModels, api_key: Optional[str] = None, max_resident
     async def detokenize(body: S.DetokenizeRequest, http: HTTPRequest):
         return await _forward(router, "/detokenize", body.model, False, http)
 
+    # --- slot files (llama-server's /slots/{id}?action=...; the worker checks names, files and slots) --------------
+    @app.post("/slots/{id_slot}", response_model=S.SlotActionResponse, responses=responses(400, 401, 404, 413, 503))
+    async def slot_action(id_slot: int, action: S.SlotAction, http: HTTPRequest,
+                          body: Optional[S.SlotActionRequest] = None):
+        return await _forward(router, f"/slots/{id_slot}?action={action}", body.model if body else None, False, http)
+
     # --- status ---------------------------------------------------------------------------------------------------
     @app.get("/v1/models", response_model=S.ModelList)
     async def list_models():

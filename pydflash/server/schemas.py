@@ -396,6 +396,48 @@ class DetokenizeResponse(BaseModel):
     content: str
 
 
+# --- /slots/{id_slot}?action=save|restore|erase (llama-server's slot files) ------------------------------------------
+
+SlotAction = Literal["save", "restore", "erase"]
+
+
+class SlotActionRequest(_Body):
+    filename: Optional[Text] = None  # save and restore: a bare name inside the server's --slot-save-path
+    model: Optional[Text] = None
+
+
+class SlotSaveTimings(BaseModel):
+    save_ms: float
+
+
+class SlotRestoreTimings(BaseModel):
+    restore_ms: float
+
+
+class SlotSaveResponse(BaseModel):
+    id_slot: int
+    filename: str
+    n_saved: int  # tokens of the slot's kept sequence
+    n_written: int  # bytes of the file
+    timings: SlotSaveTimings
+
+
+class SlotRestoreResponse(BaseModel):
+    id_slot: int
+    filename: str
+    n_restored: int  # tokens now kept in the slot
+    n_read: int  # bytes of the file
+    timings: SlotRestoreTimings
+
+
+class SlotEraseResponse(BaseModel):
+    id_slot: int
+    n_erased: int  # tokens the slot no longer keeps
+
+
+SlotActionResponse = Union[SlotSaveResponse, SlotRestoreResponse, SlotEraseResponse]
+
+
 # --- responses: shared pieces --------------------------------------------------------------------------------------
 
 

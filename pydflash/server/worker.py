@@ -16,12 +16,13 @@ import logging
 import os
 import sys
 import threading
+from typing import Optional
 
 from fastapi import FastAPI, Request as HTTPRequest
 from fastapi.responses import JSONResponse
 
 from . import metrics  # noqa: F401  (first: prometheus_client must see the multiprocess directory)
-from . import chat, errors
+from . import chat, errors, slots
 from . import schemas as S
 from ..errors import PydflashError
 from .generate import Generation
@@ -106,6 +107,10 @@ def create_worker_app(preset: Preset) -> FastAPI:
             return e.model.detokenize_text(tokens).decode("utf-8", "replace")
 
         return S.DetokenizeResponse(content=await loop.call(run))
+
+    @app.post("/slots/{id_slot}")
+    async def slot_action(id_slot: int, action: S.SlotAction, body: Optional[S.SlotActionRequest] = None):
+        return await slots.slot_action(loop, preset.slot_save_path, id_slot, action, body.filename if body else None)
 
     @app.get("/health")
     async def health():
