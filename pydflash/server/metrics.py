@@ -47,6 +47,21 @@ TTFT = Histogram("pydflash_time_to_first_token_seconds", "Submit to first genera
                  buckets=LATENCY_BUCKETS)
 ITL = Histogram("pydflash_inter_token_latency_seconds", "Gap between successive outputs of a request, per token",
                 ["model"], buckets=LATENCY_BUCKETS)
+# prompt cache (docs/cache.md): engine.prompt_cache.metrics(), read on the loop thread after every step
+CACHE_REUSED = Counter("pydflash_prompt_cache_reused_tokens_total", "Prompt positions not prefilled thanks to the "
+                       "prompt cache", ["model"])
+CACHE_FALLBACKS = Counter("pydflash_prompt_cache_fallbacks_total", "Cached prefixes found but re-prefilled (window, "
+                          "feature pause, refused state; logged with the reason)", ["model"])
+CACHE_HITS = Counter("pydflash_prompt_cache_ram_hits_total", "Admissions restored from the RAM cache", ["model"])
+CACHE_MISSES = Counter("pydflash_prompt_cache_ram_misses_total", "Admissions the RAM cache did not serve", ["model"])
+CACHE_EVICTIONS = Counter("pydflash_prompt_cache_ram_evictions_total", "RAM cache entries evicted under the cap",
+                          ["model"])
+CACHE_BYTES = Gauge("pydflash_prompt_cache_ram_bytes", "Bytes of snapshots in the RAM cache", ["model"],
+                    multiprocess_mode="livesum")
+CACHE_ENTRIES = Gauge("pydflash_prompt_cache_ram_entries", "Snapshots in the RAM cache", ["model"],
+                      multiprocess_mode="livesum")
+CACHE_KEPT = Gauge("pydflash_prompt_cache_slot_tokens", "Tokens kept in idle slots for reuse", ["model"],
+                   multiprocess_mode="livesum")
 RESIDENT = Gauge("pydflash_models_resident", "Model workers loaded and serving", multiprocess_mode="livesum")
 RESTARTS = Counter("pydflash_worker_restarts_total", "Workers respawned after dying", ["model"])
 
@@ -69,13 +84,17 @@ class StepRecorder:
         self.model = model
         self.started: dict[int, float] = {}  # request id -> submit time (monotonic)
         self._last: dict[int, float] = {}  # request id -> time of its last output
+        self._cache_seen: dict[str, int] = {}  # the prompt cache's cumulative counts already added to the counters
         SLOTS_TOTAL.labels(model).set(n_slots)
+        for counter in (CACHE_REUSED, CACHE_FALLBACKS, CACHE_HITS, CACHE_MISSES, CACHE_EVICTIONS):
+            counter.labels(model)  # shown as 0 from the start, not only after the first event
 
     def on_step(self, engine, events) -> None:
         now = time.monotonic()
         m = self.model
         QUEUE_DEPTH.labels(m).set(len(engine.queue))
         SLOTS_BUSY.labels(m).set(sum(s is not None for s in engine.slots))
+        self._cache(engine.prompt_cache.metrics())
         for ev in events:
             if ev.tokens:
                 last = self._last.get(ev.request_id)
@@ -102,6 +121,22 @@ class StepRecorder:
         for i, (d, a) in enumerate(zip(st.drafted_hist, st.accept_hist)):
             DRAFTED_AT.labels(m, str(i + 1)).inc(d)
             ACCEPTED_AT.labels(m, str(i + 1)).inc(a)
+
+    def _cache(self, pc: dict) -> None:
+        """Counters from the prompt cache's cumulative counts (by their increase), gauges as they are."""
+        m = self.model
+        ram = pc.get("ram") or {}
+        counts = {"reused": (CACHE_REUSED, pc["n_reused_tokens"]), "fallbacks": (CACHE_FALLBACKS, pc["fallbacks"]),
+                  "hits": (CACHE_HITS, ram.get("hits", 0)), "misses": (CACHE_MISSES, ram.get("misses", 0)),
+                  "evictions": (CACHE_EVICTIONS, ram.get("evictions", 0))}
+        for key, (counter, total) in counts.items():
+            seen = self._cache_seen.get(key, 0)
+            if total > seen:
+                counter.labels(m).inc(total - seen)
+                self._cache_seen[key] = total
+        CACHE_BYTES.labels(m).set(ram.get("bytes", 0))
+        CACHE_ENTRIES.labels(m).set(ram.get("entries", 0))
+        CACHE_KEPT.labels(m).set(pc["resident_tokens"])
 
     def forget(self, request_id: int) -> None:
         self.started.pop(request_id, None)
