@@ -100,9 +100,11 @@ class PromptCache:
             key, snap, n_common = found
             p_ram, ckpt_ram = self._plan(snap, snap.swa_min, n_common)
             if p_ram > p:
+                # the hit first: as the most recent entry it is not the one evicted when saving the resident makes
+                # room (it was: KeyError in hit() with a full cache); a refused restore counts a miss as well
+                self.ram.hit(key)
                 self._save(seq, res, 0)
                 if self._restore(seq, snap):
-                    self.ram.hit(key)
                     src, p, ckpt, from_ram = snap, p_ram, ckpt_ram, True
                 else:
                     src, p, ckpt = None, 0, None
