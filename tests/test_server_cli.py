@@ -23,6 +23,11 @@ def run(*args):
     (["--max-resident", "0"], "--max-resident"),
     (["--frobnicate"], "unrecognized arguments"),
     (["-np", "many"], "invalid int value"),
+    (["--slot-save-path", "/nonexistent/slots"], "--slot-save-path"),
+    (["--cache-ram", "-1"], "ram_mib"),
+    (["--ctx-checkpoint-every", "-1"], "checkpoint_every"),
+    (["--spec-synth-len", "0.5"], "synth_len"),
+    (["--no-spec", "--spec-synth-len", "3"], "synth_len needs a drafter"),
 ])
 def test_bad_flags_one_line_exit_2(args, words):
     r = run(*args)
@@ -39,3 +44,17 @@ def test_bad_config_contents(tmp_path):
         cfg.write_text(text)
         r = run("--config", str(cfg))
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr
+
+
+def test_cache_flags_reach_the_preset(tmp_path):
+    from pydflash.cli.server import build_models, parse_args
+
+    args = parse_args(["--cache-ram", "0", "--no-cache-reuse", "--ctx-checkpoint-every", "32", "--slot-save-path",
+                       str(tmp_path), "--spec-synth-len", "2.5"])
+    p = build_models(args).presets["default"]
+    assert (p.cache_reuse, p.cache_ram_mib, p.checkpoint_every) == (False, 0, 32)
+    assert p.slot_save_path == str(tmp_path) and p.synth_len == 2.5
+    assert not p.draft_adaptive  # forced acceptance assumes a fixed block, as pydflash-speculative
+    default = build_models(parse_args([])).presets["default"]
+    assert (default.cache_reuse, default.cache_ram_mib, default.slot_save_path, default.synth_len) == (
+        True, 256, None, None)
