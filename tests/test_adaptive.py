@@ -1,94 +1,262 @@
-"""Adaptive drafting: a drafter whose drafts do not pay is mostly switched off (and keeps output lossless)."""
+"""Adaptive drafting: the joint draft policy against cost models of real machines, and the engine with it."""
 
 from __future__ import annotations
+
+import random
+
+import pytest
 
 from pydflash import api
 from pydflash.cache import CacheConfig
 from pydflash.config import EngineConfig
-import pytest
-
 from pydflash.engine import adaptive
+from pydflash.engine.costs import Curve, StepCosts
+
+# Seconds per step measured on an H200 for Gemma-3-270M (docs/step_costs_gpu.json, features on), as
+# V(n, x) = PER_SEQ * n + f(x) over x verify tokens of n slots (c1 spans of 1/2/5/16 and c8 spans of 1/2/5/16 fit it
+# with 0.11 ms per slot), and the drafter forward over x block tokens.
+GPU_VERIFY = {1: 1.09e-3, 2: 1.05e-3, 5: 1.25e-3, 16: 2.47e-3, 40: 3.43e-3, 128: 5.70e-3}
+GPU_DRAFT = {2: 0.47e-3, 16: 0.50e-3, 40: 1.40e-3, 128: 2.07e-3}
 
 
-def costs_for(fn, ks=(0, 1, 15)):
-    c = adaptive.StepCosts()
-    for k in ks:
-        c.observe(k, 100 * fn(k))  # a warm-up step (graph allocation): not counted
-        c.observe(k, fn(k))
-    return c
+def interp(table: dict, x: float) -> float:
+    xs = sorted(table)
+    if x <= xs[0]:
+        return table[xs[0]]
+    for a, b in zip(xs, xs[1:]):
+        if x <= b:
+            return table[a] + (table[b] - table[a]) * (x - a) / (b - a)
+    a, b = xs[-2], xs[-1]
+    return table[b] + (table[b] - table[a]) / (b - a) * (x - b)
 
 
-def test_first_step_per_k_is_warm_up():
-    c = adaptive.StepCosts()
-    c.observe(15, 5.0)
-    assert c.estimate(15) is None
-    c.observe(15, 0.1)
-    assert c.estimate(15) == 0.1
+class Machine:
+    """A simulated machine: step seconds from verify/draft cost tables (features add `feat` of the verify)."""
+
+    def __init__(self, verify: dict, draft: dict, per_seq: float, feat: float = 0.1):
+        self.verify, self.draft, self.per_seq, self.feat = verify, draft, per_seq, feat
+
+    def step(self, ks: list[int], features: bool) -> tuple[float, float]:
+        t_verify = self.per_seq * len(ks) + interp(self.verify, len(ks) + sum(ks))
+        t_verify *= 1.0 if features else 1.0 / (1.0 + self.feat)
+        blocks = sum(k + 1 for k in ks if k)
+        return t_verify, interp(self.draft, blocks) if blocks else 0.0
 
 
-def feed(policy, prior, p_accept, k=15, steps=60):
-    """Observe `steps` drafting steps whose drafts are each accepted with conditional probability p_accept."""
-    import random
+GPU = Machine(GPU_VERIFY, GPU_DRAFT, per_seq=0.11e-3)
+# 2 CPU cores (docs/bench_cpu.md): a plain step 24 ms, a 16-token verify ~160 ms, the drafter ~100 ms for one block
+# of 16 (the 262k-token head dominates both): drafting never pays there, even with a perfect drafter
+CPU = Machine({1: 24e-3, 16: 160e-3, 64: 600e-3}, {2: 30e-3, 16: 100e-3, 64: 380e-3}, per_seq=0.5e-3, feat=0.05)
+# a CPU with a target that dominates its drafter: each verify token adds ~40% of a plain step, the drafter ~30%
+CPU_BIG_TARGET = Machine({1: 10e-3, 16: 70e-3, 64: 250e-3}, {2: 3e-3, 16: 4e-3, 64: 8e-3}, per_seq=0.5e-3, feat=0.02)
 
-    rng = random.Random(0)
+
+def run(machine: Machine, p_accept: list[float], steps: int = 2000, seed: int = 0, draft_max: int = 15):
+    """Run the policy closed-loop on n = len(p_accept) slots whose drafts are each accepted with conditional
+    probability p; returns (committed tokens per second, fraction of steps that drafted). The first step of each
+    batch shape costs 100x (graph allocation): the policy sees it, the rate leaves it out (a one-off per process)."""
+    rng = random.Random(seed)
+    policy = adaptive.DraftPolicy()
+    slots = [adaptive.SlotPolicy() for _ in p_accept]
+    tokens = seconds = drafting = 0.0
     for _ in range(steps):
+        plan = policy.plan([(s, draft_max) for s in slots])
+        t_verify, t_draft = machine.step(plan.drafts, plan.features)
+        warm = 100.0 if _first_of_shape(policy, plan) else 1.0  # a new batch shape allocates its graph
+        policy.costs.observe(len(slots), len(slots) + sum(plan.drafts), plan.features, t_verify * warm,
+                             sum(k + 1 for k in plan.drafts if k), t_draft * warm)
+        for s, k, p in zip(slots, plan.drafts, p_accept):
+            m = 0
+            while m < k and rng.random() < p:
+                m += 1
+            policy.observe(s, k, m)
+            tokens += 1 + m
+        seconds += t_verify + t_draft
+        drafting += any(plan.drafts)
+    return tokens / seconds, drafting / steps
+
+
+def _first_of_shape(policy, plan) -> bool:
+    from pydflash.engine.costs import bucket
+
+    curve = policy.costs.verify_any[plan.features]
+    return bucket(len(plan.drafts) + sum(plan.drafts)) not in curve.seen
+
+
+def plain_rate(machine: Machine, n: int) -> float:
+    return n / machine.step([0] * n, features=False)[0]
+
+
+# --- the cost curves ----------------------------------------------------------------------------------------------
+def test_curve_drops_the_warm_up_step_and_interpolates():
+    c = Curve()
+    c.observe(8, 5.0)  # the first step of a shape may include graph allocation: dropped
+    assert c(8) is None
+    c.observe(8, 1.0)
+    c.observe(40, 3.0)
+    c.observe(40, 3.0)
+    assert c(8) == 1.0 and c(24) == pytest.approx(2.0)
+    assert c(1) == 1.0  # below every point: the smallest known cost
+    assert c(72) == pytest.approx(5.0)  # above: the last slope
+
+
+def test_curve_never_falls_with_more_tokens():
+    c = Curve()
+    for x, t in [(4, 2.0), (4, 2.0), (16, 1.5), (16, 1.5)]:
+        c.observe(x, t)
+    assert c(16) >= c(4)
+
+
+def test_costs_use_the_other_feature_curve_until_their_own_has_data():
+    s = StepCosts()
+    for _ in range(2):
+        s.observe(8, 8, True, 2.0, 0, 0.0)
+    assert s.verify(8, 8, features=False) == 2.0
+    for _ in range(2):
+        s.observe(8, 8, False, 1.5, 0, 0.0)
+    assert s.verify(8, 8, features=False) == 1.5 and s.verify(8, 8, features=True) == 2.0
+
+
+def test_costs_take_the_shape_of_all_slot_counts_and_the_level_of_their_own():
+    """8 slots were only seen decoding plainly; 1 slot drafting too: 8 slots drafting 15 each are estimated with
+    one slot's slope from x = 8, shifted up to 8 slots' own plain cost."""
+    s = StepCosts()
+    for n, x, t in [(1, 1, 1.0), (1, 128, 5.0), (8, 8, 2.0)]:
+        for _ in range(2):
+            s.observe(n, x, True, t, 0, 0.0)
+    assert s.verify(8, 128, True) == 5.0  # all n's shape from 8 to 128 (+3.0) on 8 slots' level (2.0)
+    assert s.verify(1, 128, True) == 5.0
+    assert s.verify(8, 8, True) == 2.0 and s.verify(1, 8, True) == pytest.approx(1.0 + 4.0 * 7 / 127)
+
+
+# --- acceptance -------------------------------------------------------------------------------------------------
+def test_accept_curve_matches_the_rates():
+    pol, policy = adaptive.SlotPolicy(), adaptive.DraftPolicy()
+    rng = random.Random(0)
+    for _ in range(400):
         m = 0
-        while m < k and rng.random() < p_accept:
+        while m < 15 and rng.random() < 0.8:
             m += 1
-        adaptive.observe(policy, prior, k, m)
+        policy.observe(pol, 15, m)
+    e = adaptive.accept_curve(pol.counts, policy.prior, 15)
+    assert e[15] == pytest.approx(sum(0.8**j for j in range(1, 16)), rel=0.15)
+    assert e[2] == pytest.approx(0.8 + 0.64, rel=0.1)
 
 
-def test_expected_accepted_matches_the_rates():
-    pol, prior = adaptive.SlotPolicy(), adaptive.AcceptCounts()
-    feed(pol, prior, 0.8, steps=400)
-    e = adaptive.expected_accepted(pol.counts, prior, 15)
-    assert e == pytest.approx(sum(0.8**j for j in range(1, 16)), rel=0.15)
-    assert adaptive.expected_accepted(pol.counts, prior, 2) == pytest.approx(0.8 + 0.64, rel=0.1)
+# --- the joint policy, closed loop ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("machine", [GPU, CPU], ids=["gpu", "cpu"])
+@pytest.mark.parametrize("n", [1, 4, 16])
+def test_useless_drafter_costs_at_most_three_percent(machine, n):
+    """Issue 13's target: with a drafter that never hits, any concurrency stays >= 0.97x of plain decoding."""
+    rate, drafting = run(machine, [0.0] * n, steps=3000)
+    assert rate >= 0.97 * plain_rate(machine, n), (rate / plain_rate(machine, n), drafting)
+    assert drafting < 0.03
 
 
-def test_step_cost_interpolation():
-    c = costs_for(lambda k: 1.0 + 0.5 * k, ks=(0, 4, 8))
-    assert c.estimate(2) == pytest.approx(2.0)
-    assert c.estimate(12) == pytest.approx(7.0)  # extrapolated with the last slope
+def test_good_drafter_on_gpu_drafts_and_wins():
+    rate, drafting = run(GPU, [0.85], steps=1500)
+    assert drafting > 0.9 and rate > 1.8 * plain_rate(GPU, 1)
 
 
-def test_useless_drafts_pause_with_growing_backoff():
-    costs = costs_for(lambda k: 1.0 + 0.1 * k + (0.3 if k else 0))
-    pol, prior = adaptive.SlotPolicy(), adaptive.AcceptCounts()
-    feed(pol, prior, 0.0, steps=10)
-    pauses, probes = [], []
-    for _ in range(8):
-        assert adaptive.choose_drafts(pol, 15, prior, costs) == 0
-        pauses.append(pol.pause)
-        while (k := adaptive.choose_drafts(pol, 15, prior, costs)) == 0:
-            pass
-        probes.append(k)
-        adaptive.observe(pol, prior, k, 0)
-    assert pauses == sorted(pauses) and pauses[-1] == adaptive.MAX_BACKOFF
-    assert all(1 <= k <= 15 for k in probes)
+def test_tau_two_at_eight_slots_on_gpu_does_not_lose():
+    """The shipped drafter on short prompts (tau ~2, p ~0.5) lost 40% at 8 clients with per-slot decisions: a
+    step's cost is what all its slots' drafts cost. Jointly, drafting either pays or stops."""
+    rate, _ = run(GPU, [0.5] * 8, steps=3000)
+    assert rate >= 0.97 * plain_rate(GPU, 8)
 
 
-def test_flat_costs_and_good_drafts_use_the_whole_block():
-    """GPU-like: a verify of 16 tokens costs about one of 1."""
-    costs = costs_for(lambda k: 1.0 + 0.01 * k + (0.2 if k else 0))
-    pol, prior = adaptive.SlotPolicy(), adaptive.AcceptCounts()
-    feed(pol, prior, 0.85)
-    assert adaptive.choose_drafts(pol, 15, prior, costs) == 15
+def test_modest_drafter_at_one_slot_on_gpu_drafts():
+    """At one slot the GPU verifies 5 tokens for ~1.25x of one: drafting with p ~0.6 (tau ~2.3) pays ~30%."""
+    rate, drafting = run(GPU, [0.6], steps=2000)
+    assert drafting > 0.5 and rate > 1.15 * plain_rate(GPU, 1)
 
 
-def test_steep_costs_shrink_the_block():
-    """CPU-like: each verified token adds 40% of a plain step; the drafter adds 60%. At p=0.85 the best rate is
-    at a small K, and it beats plain decoding."""
-    cost = lambda k: 1.0 + 0.4 * k + (0.6 if k else 0)  # noqa: E731
-    costs = costs_for(cost, ks=(0, 1, 2, 4, 8, 15))
-    pol, prior = adaptive.SlotPolicy(), adaptive.AcceptCounts()
-    feed(pol, prior, 0.85)
-    k = adaptive.choose_drafts(pol, 15, prior, costs)
-    rate = lambda k: (1 + sum(0.85**j for j in range(1, k + 1))) / cost(k)  # noqa: E731
-    best = max(adaptive.CANDIDATES, key=rate)
-    assert 1 <= k <= 4 and abs(k - best) <= 1
+def test_good_slots_draft_while_useless_ones_sit_out():
+    """Two repetitive streams (p 0.95) among six that never hit, 8 slots on the GPU: the good ones draft, the others
+    mostly do not, and the whole step beats plain decoding."""
+    policy = adaptive.DraftPolicy()
+    slots = [adaptive.SlotPolicy() for _ in range(8)]
+    ps = [0.95, 0.95] + [0.0] * 6
+    rng = random.Random(3)
+    drafted = [0] * 8
+    for step in range(1500):
+        plan = policy.plan([(s, 15) for s in slots])
+        t_verify, t_draft = GPU.step(plan.drafts, plan.features)
+        policy.costs.observe(8, 8 + sum(plan.drafts), plan.features, t_verify, sum(k + 1 for k in plan.drafts if k),
+                             t_draft)
+        for i, (s, k, p) in enumerate(zip(slots, plan.drafts, ps)):
+            m = 0
+            while m < k and rng.random() < p:
+                m += 1
+            policy.observe(s, k, m)
+            drafted[i] += step >= 500 and k > 0
+    assert min(drafted[:2]) > 800
+    assert max(drafted[2:]) < 100
 
 
+def test_cpu_costs_shrink_the_block():
+    """Steep verify costs with a good drafter (p 0.85): it drafts with a small K (the best is 3-4 here)."""
+    policy = adaptive.DraftPolicy()
+    slot = adaptive.SlotPolicy()
+    rng = random.Random(5)
+    ks = []
+    for _ in range(600):
+        plan = policy.plan([(slot, 15)])
+        t_verify, t_draft = CPU_BIG_TARGET.step(plan.drafts, plan.features)
+        policy.costs.observe(1, 1 + plan.drafts[0], plan.features, t_verify, plan.drafts[0] + 1 if plan.drafts[0] else 0,
+                             t_draft)
+        m = 0
+        while m < plan.drafts[0] and rng.random() < 0.85:
+            m += 1
+        policy.observe(slot, plan.drafts[0], m)
+        ks.append(plan.drafts[0])
+    late = ks[300:]
+    assert sum(k > 0 for k in late) > 250 and 2 <= sorted(late)[len(late) // 2] <= 6
+
+
+def test_pauses_are_shared_and_grow():
+    """A useless drafter on 4 slots: pauses double up to MAX_BACKOFF, and every probe drafts on all slots at
+    once (one probe step per pause, whatever the concurrency)."""
+    policy = adaptive.DraftPolicy()
+    slots = [adaptive.SlotPolicy() for _ in range(4)]
+    pauses, probe_widths = [], []
+    for _ in range(3000):
+        plan = policy.plan([(s, 15) for s in slots])
+        t_verify, t_draft = GPU.step(plan.drafts, plan.features)
+        policy.costs.observe(4, 4 + sum(plan.drafts), plan.features, t_verify, sum(k + 1 for k in plan.drafts if k),
+                             t_draft)
+        for s, k in zip(slots, plan.drafts):
+            policy.observe(s, k, 0)
+        if any(plan.drafts):
+            probe_widths.append(sum(k > 0 for k in plan.drafts))
+        if policy.pause and (not pauses or policy.pause > pauses[-1]):
+            pauses.append(policy.pause)
+    assert pauses[-1] == adaptive.MAX_BACKOFF and pauses == sorted(pauses)
+    assert all(w == 4 for w in probe_widths[4:])  # after calibration
+
+
+def test_features_only_in_the_lead_in_to_a_probe():
+    policy = adaptive.DraftPolicy()
+    policy.costs, policy.calibrated = calibrated(GPU, 2), True
+    policy.pause, policy.backoff = 100, 128
+    slots = [(adaptive.SlotPolicy(), 15), (adaptive.SlotPolicy(), 15)]
+    feats = [policy.plan(slots).features for _ in range(99)]
+    assert not any(feats[: 99 - adaptive.FEATURE_LEAD]) and all(feats[-adaptive.FEATURE_LEAD:])
+    probe = policy.plan(slots)
+    assert all(probe.drafts) and probe.features
+
+
+def calibrated(machine: Machine, n: int) -> StepCosts:
+    costs = StepCosts()
+    for ks in ([0] * n, [15] * n, [4] * n, [1] * n):
+        for features in (True, False):
+            for _ in range(2):
+                t_verify, t_draft = machine.step(ks, features)
+                costs.observe(n, n + sum(ks), features, t_verify, sum(k + 1 for k in ks if k), t_draft)
+    return costs
+
+
+# --- the engine ------------------------------------------------------------------------------------------------
 def test_adaptive_engine_with_random_drafter(tiny):
     """The tiny random drafter accepts ~nothing: adaptive mode drafts in a small fraction of steps, and the
     output is still the plain greedy output."""
@@ -103,32 +271,11 @@ def test_adaptive_engine_with_random_drafter(tiny):
     assert res.stats.n_draft_steps < 0.2 * res.stats.n_steps
 
 
-@pytest.mark.parametrize("flat,p,expect_drafting", [(True, 0.87, True), (False, 0.0, False), (True, 0.0, False)])
-def test_closed_loop_from_a_cold_start(flat, p, expect_drafting):
-    """The policy calibrates (full block, plain step, each past a 100x warm-up step) then settles: a good drafter on
-    flat costs drafts almost every step; a useless one almost never."""
-    import random
-
-    rng = random.Random(1)
-    cost = (lambda k: 1.0 + 0.01 * k + (0.5 if k else 0)) if flat else (lambda k: 1.0 + 0.4 * k + (0.6 if k else 0))
-    costs, prior, pol = adaptive.StepCosts(), adaptive.AcceptCounts(), adaptive.SlotPolicy()
-    drafted = 0
-    for step in range(400):
-        k = adaptive.choose_drafts(pol, 15, prior, costs)
-        costs.observe(k, cost(k) * (100 if k not in costs.seen else 1))
-        m = 0
-        while m < k and rng.random() < p:
-            m += 1
-        adaptive.observe(pol, prior, k, m)
-        drafted += k > 0
-    assert (drafted > 300) == expect_drafting, drafted
-
-
 def test_paused_slots_skip_features_and_restart_the_drafter(tiny, monkeypatch):
-    """With drafting clearly not paying (costs pinned, every draft rejected), slots pause for longer and longer and
-    target features are extracted only in the lead-in to each probe; a probe restarts the drafter's context where
-    features resumed. Output stays the plain greedy output, new requests start paused (the engine remembers), and
-    the feature/KV invariants hold every step (check_invariants)."""
+    """With drafting clearly not paying (costs pinned, every draft rejected), the engine pauses for longer and
+    longer and target features are extracted only in the lead-in to each probe; a probe restarts the drafter's
+    context where features resumed. Output stays the plain greedy output, a later request starts inside the long
+    pause (the engine remembers), and the feature/KV invariants hold every step (check_invariants)."""
     p = tiny("qwen3")
     # without kept sequences: they change the KV layout, and so the float rounding that exact equality over 400
     # tokens of a random model is sensitive to (the prompt cache has its own tests)
@@ -139,8 +286,8 @@ def test_paused_slots_skip_features_and_restart_the_drafter(tiny, monkeypatch):
     cfg = EngineConfig(n_ctx_slot=1024, n_slots=2, adaptive=True, synth_len=1.0, check_invariants=True)
     with api.load(p.target, p.drafter, config=cfg, cache=no_cache) as llm:
         eng = llm.engine
-        eng.costs.seconds, eng.costs.seen = {0: 1.0, 15: 3.0}, {0, 15}
-        monkeypatch.setattr(adaptive.StepCosts, "observe", lambda self, k, s: None)
+        eng.drafting.costs, eng.drafting.calibrated = calibrated(CPU, 2), True
+        monkeypatch.setattr(StepCosts, "observe", lambda self, *a: None)
         first = llm.generate_many([api.Request(toks[0], max_tokens=400, ignore_eos=True),
                                    api.Request(toks[1], max_tokens=400, ignore_eos=True)])
         later = llm.generate(toks[2], max_tokens=400, ignore_eos=True)
@@ -149,5 +296,5 @@ def test_paused_slots_skip_features_and_restart_the_drafter(tiny, monkeypatch):
         assert r.stats.n_feature_steps < 0.6 * r.stats.n_steps  # pauses of 64 and 128 steps, 32 of each lead-in
         assert 3 <= r.stats.n_draft_steps <= 8  # probes after 4, 8, 16, ... steps
     assert eng.drafter_restarts >= 2
-    # the later request inherited the long pause: no probe in its first 256 steps
+    # the later request started inside the long pause: at most one probe per 256 steps
     assert later.stats.n_draft_steps <= 1 + 400 // 256

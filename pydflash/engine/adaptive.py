@@ -1,29 +1,48 @@
-"""How many drafts a slot gets this step: the K that maximises expected tokens per second.
+"""Adaptive drafting: how many drafts each slot gets this step, chosen for all slots together.
 
-    K* = argmax_K (1 + E[accepted | K]) / t(K),  K in {0} + CANDIDATES (up to the slot's draft_max)
+A slot's K is its number of drafts this step (0: it decodes plainly). E_i(K) is the expected number of its drafts
+the target accepts, so a step commits sum_i (1 + E_i(K_i)) tokens. The step's cost is shared
+(``pydflash.engine.costs``): every slot's drafts lengthen the one target forward, and the drafter forward and
+feature extraction are paid once if anybody drafts. So the K are chosen together, for committed tokens per second
+of the whole step:
 
-- E[accepted | K] = sum_j prod_{i<=j} p_i, from per-position conditional acceptance rates p_i. Each slot keeps
-  decayed counts, blended with the engine's counts as a prior (the same drafter/target pair behaves alike across
-  requests, so a useless drafter is recognised once, not once per request).
-- t(K) is the measured step time: an EMA per K tried (K=0 is a plain step). Untried K are interpolated linearly
-  between tried neighbours (extrapolated with the last slope), so the search can move without trying everything.
-  On a GPU t(K) is nearly flat and K* is the trained block; on a CPU verify cost grows with K and K* shrinks.
-- When K* = 0 the slot decodes plainly and probes, at the best drafting K, after a pause that doubles while probes
-  fail (up to MAX_BACKOFF steps), so a useless drafter costs about one probe step in MAX_BACKOFF. New slots start
-  from the engine's latest pause length, so a useless drafter is recognised once, not once per request.
-- A paused slot needs no target features until FEATURE_LEAD steps before its probe: the engine turns extraction
-  off while no slot needs them (a copy per feature layer on every step). The drafter's context then restarts from
-  the features collected in the lead-in, which costs no extra target work (see ``Slot``).
+    maximise  R(K_1..K_n) = (n + sum_i E_i(K_i)) / (V_on(n + sum_i K_i) + D(sum_{K_i > 0} (K_i + 1)))
+    against   R_plain     = n / V_off(n)
+
+R is a ratio, maximised Dinkelbach-style: at a trial rate lam every slot takes, on its own, the K that maximises
+E_i(K) - lam * (c_v K + c_d (K + 1)), where c_v and c_d are the cost curves' per-token chords around the current
+choice; the true rate of that choice is the next lam. A few rounds settle it. The fixed costs enter through the
+final comparison: drafting must beat R_plain by MARGIN, or nobody drafts this step.
+
+- E_i(K) = sum_{j <= K} prod_{i <= j} p_i, from per-position conditional acceptance rates p_i: the slot's decayed
+  counts blended with the engine's as a prior (one pair behaves alike across requests, so a useless drafter is
+  recognised once, not once per request).
+- When nobody should draft, drafting pauses for the whole engine, for a number of steps that doubles while probes
+  keep failing (up to MAX_BACKOFF); then every slot probes once at its best drafting K. One shared pause means one
+  probe step per pause at any concurrency: per-slot probes at 16 slots put a probe in one step of every 16.
+- A slot left out while others draft gathers no evidence; after ``patience`` such decisions (doubling) it probes
+  at its best drafting K, which costs little in a step that drafts anyway.
+- A drafting decision is kept for REPLAN_EVERY steps while the same slots run: acceptance evidence moves slowly,
+  and deciding for 16 slots costs a few percent of a GPU step.
+- Target features are extracted only when needed: in drafting steps and in the FEATURE_LEAD steps before a probe.
+  The drafter's context then restarts from those features (see ``Slot``), at no extra target work.
+- Calibration: the first decode steps measure a plain step, every slot drafting 2, and one slot drafting its
+  whole block (``_calibration``). Steps carrying a prompt chunk are not measured, so calibration lasts until
+  enough pure decode steps were seen.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .costs import StepCosts
+
 CANDIDATES = (1, 2, 3, 4, 6, 8, 11, 15)
-EMA = 0.2
 DECAY = 0.97  # per observation: old acceptance evidence fades
 PRIOR_WEIGHT = 4.0  # engine counts count as this many drafting steps of a slot's own evidence
+MARGIN = 0.03  # drafting must promise this much over plain decoding: the estimates are noisy, a loss is not
+ROUNDS = 3
+REPLAN_EVERY = 4  # steps a drafting decision is kept while the same slots run (a decision at 16 slots ~0.3 ms)
 MIN_BACKOFF = 4
 MAX_BACKOFF = 256
 # Steps before a probe during which a paused slot collects features again: the probe's drafter context. With the
@@ -39,132 +58,176 @@ class AcceptCounts:
     drafted: list[float] = field(default_factory=lambda: [0.0] * CANDIDATES[-1])
     accepted: list[float] = field(default_factory=lambda: [0.0] * CANDIDATES[-1])
     weight: float = 0.0  # decayed number of observations
-    backoff: int = MIN_BACKOFF  # the latest pause length a slot chose; new slots start from it
 
     def observe(self, n_drafts: int, n_accepted: int) -> None:
         for i in range(len(self.drafted)):
             self.drafted[i] *= DECAY
             self.accepted[i] *= DECAY
         # position i was tested only if all before it were accepted
-        for i in range(min(n_drafts, n_accepted + 1)):
+        for i in range(min(n_drafts, n_accepted + 1, len(self.drafted))):
             self.drafted[i] += 1.0
             self.accepted[i] += 1.0 if i < n_accepted else 0.0
         self.weight = self.weight * DECAY + 1.0
 
 
-def expected_accepted(slot_counts: AcceptCounts, prior: AcceptCounts, k: int) -> float:
-    """E[accepted drafts] with k drafts, from conditional rates p_i (slot counts blended with the prior)."""
+def accept_curve(slot_counts: AcceptCounts, prior: AcceptCounts, k_max: int) -> list[float]:
+    """E[accepted drafts | K] for K = 0 .. k_max, from conditional rates p_i (slot counts blended with the prior)."""
     w = PRIOR_WEIGHT / max(prior.weight, 1e-9)
-    total, run, last_p = 0.0, 1.0, 0.5
-    for i in range(k):
-        d = slot_counts.drafted[i] + w * prior.drafted[i]
-        a = slot_counts.accepted[i] + w * prior.accepted[i]
-        # shrink towards the previous position's rate (deep positions are tested rarely); an even prior at 1
-        p = (a + last_p) / (d + 1.0)
-        last_p = p
-        run *= p
+    out, total, run, last_p = [0.0], 0.0, 1.0, 0.5
+    n = len(slot_counts.drafted)
+    for i in range(k_max):
+        if i < n:
+            d = slot_counts.drafted[i] + w * prior.drafted[i]
+            a = slot_counts.accepted[i] + w * prior.accepted[i]
+            # shrink towards the previous position's rate (deep positions are tested rarely); an even prior at 1
+            last_p = (a + last_p) / (d + 1.0)
+        run *= last_p
         total += run
-    return total
-
-
-@dataclass
-class StepCosts:
-    """EMA of step seconds per drafts-per-slot K (K=0: plain step).
-
-    The first step at each K is not counted: it includes llama.cpp's graph allocation for that shape (measured on
-    an H200: a warm-up step 100x a normal one, which pinned K=15 as "too slow" for good)."""
-
-    seconds: dict = field(default_factory=dict)
-    seen: set = field(default_factory=set)
-
-    def observe(self, k: int, seconds: float) -> None:
-        if k not in self.seen:
-            self.seen.add(k)
-            return
-        old = self.seconds.get(k)
-        self.seconds[k] = seconds if old is None else (1 - EMA) * old + EMA * seconds
-
-    def estimate(self, k: int) -> float | None:
-        if k in self.seconds:
-            return self.seconds[k]
-        known = sorted(self.seconds)
-        if not known:
-            return None
-        lo = [x for x in known if x < k]
-        hi = [x for x in known if x > k]
-        if lo and hi:  # interpolate
-            a, b = lo[-1], hi[0]
-            return self.seconds[a] + (self.seconds[b] - self.seconds[a]) * (k - a) / (b - a)
-        pts = lo[-2:] if len(lo) >= 2 else hi[:2]
-        if len(pts) < 2:  # one point: assume cost grows like a plain step per extra token, at most
-            (x,) = pts
-            return self.seconds[x] * (1 + k) / (1 + x) if k > x else self.seconds[x]
-        (x0, x1) = pts
-        slope = (self.seconds[x1] - self.seconds[x0]) / (x1 - x0)
-        return max(self.seconds[x1] + slope * (k - x1), 1e-9)
+        out.append(total)
+    return out
 
 
 @dataclass
 class SlotPolicy:
     counts: AcceptCounts = field(default_factory=AcceptCounts)
-    pause: int = 0  # plain steps left before the next probe (0: deciding every step)
+    left_out: int = 0  # drafting steps this slot sat out since it last drafted
+    patience: int = MIN_BACKOFF  # how many it sits out before a probe
+
+
+@dataclass
+class Plan:
+    drafts: list[int]  # K per slot, in the order given
+    features: bool  # whether the target must extract features this step
+
+
+@dataclass
+class DraftPolicy:
+    costs: StepCosts = field(default_factory=StepCosts)
+    prior: AcceptCounts = field(default_factory=AcceptCounts)  # engine-wide acceptance
+    pause: int = 0  # plain steps left before every slot probes (0: deciding every step)
     backoff: int = MIN_BACKOFF  # the next pause length
+    calibrated: bool = False
+    _last: tuple | None = None  # (slots, K per slot) of the last drafting decision
+    _age: int = 0  # steps it has been used
+
+    def plan(self, slots: list[tuple[SlotPolicy, int]]) -> Plan:
+        """K for each (slot policy, draft_max) of the running slots, chosen together."""
+        n = len(slots)
+        maxes = [m for _, m in slots]
+        zeros = [0] * n
+        if not any(maxes):
+            return Plan(zeros, False)
+        c = self.costs
+        if not self.calibrated:
+            calibration = self._calibration(maxes)
+            if calibration is not None:
+                return calibration
+            self.calibrated = True
+        if self.pause > 1:
+            self.pause -= 1
+            return Plan(zeros, self.pause <= FEATURE_LEAD)
+        key = tuple(id(pol) for pol, _ in slots), tuple(maxes)
+        if self.pause == 0 and self._last is not None and self._last[0] == key and self._age < REPLAN_EVERY:
+            self._age += 1  # the same slots as the last decision, which drafted: keep it for a few steps
+            return Plan(list(self._last[1]), True)
+        curves = [accept_curve(pol.counts, self.prior, m) for pol, m in slots]
+        plain = n / c.verify(n, n, features=False)
+        ks, probe = self._choose(n, curves, maxes, plain)
+        self._last = None
+        if self.pause == 1:  # the probe: every slot drafts at its best drafting K
+            self.pause = 0
+            return Plan(probe(), True)
+        if not any(ks):
+            self.pause = self.backoff
+            self.backoff = min(2 * self.backoff, MAX_BACKOFF)
+            return Plan(zeros, self.pause <= FEATURE_LEAD)
+        self.backoff = MIN_BACKOFF
+        probes = None
+        for i, (pol, m) in enumerate(slots):
+            if ks[i]:
+                pol.left_out, pol.patience = 0, MIN_BACKOFF
+            elif m:
+                pol.left_out += 1
+                if pol.left_out >= pol.patience:  # its evidence is stale: draft once to renew it
+                    probes = probes or probe()
+                    ks[i] = probes[i]
+                    pol.left_out, pol.patience = 0, min(2 * pol.patience, MAX_BACKOFF)
+        self._last, self._age = (key, ks), 1
+        return Plan(list(ks), True)
+
+    def _calibration(self, maxes: list[int]) -> Plan | None:
+        """The first decode steps measure three shapes, each past its warm-up step: a plain step without features,
+        every slot drafting 2, and one slot drafting its whole block. Cheap even on a CPU at 16 slots (the whole
+        block for every slot there costs ~10 plain steps), and together they span the curves' useful range."""
+        c, n = self.costs, len(maxes)
+        if not c.verify_any[False].has(n):
+            return Plan([0] * n, False)
+        small = [min(2, m) for m in maxes]
+        if not (c.verify_any[True].has(n + sum(small)) and c.draft.has(sum(k + 1 for k in small if k))):
+            return Plan(small, True)
+        i = max(range(n), key=lambda j: maxes[j])
+        if maxes[i] > 2 and not c.draft.has(maxes[i] + 1):
+            return Plan([maxes[i] if j == i else 0 for j in range(n)], True)
+        return None
+
+    def observe(self, slot: SlotPolicy, n_drafts: int, n_accepted: int) -> None:
+        if n_drafts:
+            slot.counts.observe(n_drafts, n_accepted)
+            self.prior.observe(n_drafts, n_accepted)
+
+    def expects_drafting(self) -> bool:
+        """Whether a new slot is likely to draft soon: not while drafting keeps pausing."""
+        return self.backoff == MIN_BACKOFF
+
+    # --- the joint choice ---------------------------------------------------------------------------------------
+    def _choose(self, n: int, curves: list[list[float]], maxes: list[int], plain: float):
+        """(K per slot, all 0 when drafting does not beat plain decoding by MARGIN; a function giving each slot's
+        best K >= 1 at the plain rate, for probes)."""
+        ks = list(maxes)  # the chords start from everybody drafting the whole block
+        lam = plain
+        best, best_rate = [0] * n, plain * (1.0 + MARGIN)
+        cv0, cd0 = self._chords(n, ks)
+        for i in range(ROUNDS):
+            cv, cd = (cv0, cd0) if i == 0 else self._chords(n, ks)
+            ks = _best_ks(curves, maxes, lam, cv, cd)
+            if not any(ks):
+                break
+            rate = self._rate(n, curves, ks)
+            if rate <= best_rate:
+                break
+            best, best_rate, lam = ks, rate, rate
+        return list(best), lambda: _best_ks(curves, maxes, plain, cv0, cd0, min_k=1)
+
+    def _chords(self, n: int, ks: list[int]) -> tuple[float, float]:
+        """Seconds per extra verify token and per extra drafter block token, around the choice ks."""
+        c = self.costs
+        return c.verify_chord(n, n, n + sum(ks)), c.draft_chord(2, sum(k + 1 for k in ks if k))
+
+    def _rate(self, n: int, curves: list[list[float]], ks: list[int]) -> float:
+        c = self.costs
+        blocks = sum(k + 1 for k in ks if k)
+        seconds = c.verify(n, n + sum(ks), features=True) + (c.draft(blocks) if blocks else 0.0)
+        return (n + sum(e[k] for e, k in zip(curves, ks))) / seconds
 
 
-def new_slot_policy(prior: AcceptCounts) -> SlotPolicy:
-    return SlotPolicy(backoff=prior.backoff)
-
-
-def expects_drafting(prior: AcceptCounts) -> bool:
-    """Whether a new slot is likely to draft soon: not while the engine's slots keep pausing."""
-    return prior.backoff == MIN_BACKOFF
-
-
-def wants_features(policy: SlotPolicy) -> bool:
-    """Whether this slot needs target features this step: unless it is paused for a while yet."""
-    return policy.pause <= FEATURE_LEAD
-
-
-def choose_drafts(policy: SlotPolicy, draft_max: int, prior: AcceptCounts, costs: StepCosts) -> int:
-    if draft_max == 0:
-        return 0
-    cands = [k for k in CANDIDATES if k <= draft_max] or [draft_max]
-    # calibrate first: the full block and a plain step, each measured past its warm-up step
-    if cands[-1] not in costs.seconds:
-        return cands[-1]
-    if 0 not in costs.seconds:
-        return 0
-    if policy.pause > 1:  # paused: no estimate needed until the probe step
-        policy.pause -= 1
-        return 0
-    best_k = _best(policy, cands, prior, costs)
-    if policy.pause == 1:
-        policy.pause = 0
-        # probe with the drafting K that would pay best if the drafter were as good as it last looked
-        return max(best_k[1], 1)
-    if best_k[0] == 0:
-        policy.pause = policy.backoff
-        policy.backoff = min(policy.backoff * 2, MAX_BACKOFF)
-    else:
-        policy.backoff = MIN_BACKOFF
-    prior.backoff = policy.backoff
-    return best_k[0]
-
-
-def _best(policy: SlotPolicy, cands: list[int], prior: AcceptCounts, costs: StepCosts) -> tuple[int, int]:
-    """(best K including plain decoding, best drafting K) by expected tokens per second."""
-    rate0 = 1.0 / costs.seconds[0]
-    best, best_rate, best_draft, best_draft_rate = 0, rate0, cands[0], -1.0
-    for k in cands:
-        rate = (1.0 + expected_accepted(policy.counts, prior, k)) / costs.estimate(k)
-        if rate > best_draft_rate:
-            best_draft, best_draft_rate = k, rate
-        if rate > best_rate:
-            best, best_rate = k, rate
-    return best, best_draft
-
-
-def observe(policy: SlotPolicy, prior: AcceptCounts, n_drafts: int, n_accepted: int) -> None:
-    if n_drafts:
-        policy.counts.observe(n_drafts, n_accepted)
-        prior.observe(n_drafts, n_accepted)
+def _best_ks(curves: list[list[float]], maxes: list[int], lam: float, cv: float, cd: float,
+             min_k: int = 0) -> list[int]:
+    """Per slot, argmax_K E(K) - lam * (cv K + cd (K + 1)) over K in {0} (unless min_k) and CANDIDATES up to its
+    draft_max (0 when that is 0)."""
+    penalties = {}  # draft_max -> (candidate Ks, their cost in tokens at rate lam)
+    out = []
+    for curve, m in zip(curves, maxes):
+        if m == 0:
+            out.append(0)
+            continue
+        if m not in penalties:
+            cands = [k for k in CANDIDATES if k < m] + [m]
+            penalties[m] = cands, [lam * (cv * k + cd * (k + 1)) for k in cands]
+        cands, costs = penalties[m]
+        best, best_v = 0, 0.0 if min_k == 0 else float("-inf")
+        for k, cost in zip(cands, costs):
+            v = curve[k] - cost
+            if v > best_v:
+                best, best_v = k, v
+        out.append(best)
+    return out

@@ -80,8 +80,7 @@ class Engine:
         self._admissions = itertools.count()  # admission order: the oldest prefilling slot gets the batch first
         self.queue: deque[tuple[Request, list[int]]] = deque()
         self.stats = Stats()
-        self.costs = adaptive.StepCosts()
-        self.accept_prior = adaptive.AcceptCounts()  # engine-wide acceptance, the prior for every slot
+        self.drafting = adaptive.DraftPolicy()  # step costs, engine-wide acceptance, the shared pause
         self.rng = random.Random(config.seed)
         self.synth_p = None
         self.drafter_restarts = 0  # drafter contexts started over after a feature gap (see _keep_features)
@@ -174,17 +173,16 @@ class Engine:
         clock = self._clock()
         running = [s for s in active if s.prefilled]
         prefilling = sorted((s for s in active if not s.prefilled), key=lambda s: s.admitted)
-        plan = [(s, self._n_drafts(s)) for s in running]                                 # schedule
+        plan, features = self._schedule(running)                                            # schedule
         chunks = self._prefill_chunks(plan, prefilling)
-        self._extract_features_if_needed(plan, chunks)
+        self._extract_features_if_needed(plan, chunks, features)
         drafts = self.drafter.propose(plan + [(s, 0) for s in prefilling]) if self.drafter else {}  # propose
         verdicts = self.verifier.verify([(s, drafts.get(s.seq, [])) for s in running], chunks)  # verify (+ prefill)
         for slot, chunk in chunks:
             self._prefilled(slot, len(chunk), *verdicts[slot.seq])
         t_commit = time.perf_counter()
         events = [self._commit(s, drafts.get(s.seq, []), *verdicts[s.seq]) for s in running]  # accept + commit
-        self._account(running, prefilling, max((k for _, k in plan), default=0), clock,
-                      time.perf_counter() - t_commit)
+        self._account(plan, prefilling, clock, time.perf_counter() - t_commit)
         return events
 
     def _prefill_chunks(self, plan: list[tuple[Slot, int]], prefilling: list[Slot]) -> list[tuple[Slot, list[int]]]:
@@ -211,21 +209,23 @@ class Engine:
         if slot.prefilled:
             self.prompt_cache.after_prefill(slot)  # and one at the end of the prompt
 
-    def _n_drafts(self, slot: Slot) -> int:
+    def _schedule(self, running: list[Slot]) -> tuple[list[tuple[Slot, int]], bool]:
+        """Drafts per running slot (chosen for all slots together when adaptive), and whether they need target
+        features this step."""
         if self.drafter is None:
-            return 0
+            return [(s, 0) for s in running], False
         if not self.config.adaptive:
-            return slot.draft_max
-        return adaptive.choose_drafts(slot.policy, slot.draft_max, self.accept_prior, self.costs)
+            return [(s, s.draft_max) for s in running], True
+        plan = self.drafting.plan([(s.policy, s.draft_max) for s in running])
+        return list(zip(running, plan.drafts)), plan.features
 
-    def _extract_features_if_needed(self, plan: list[tuple[Slot, int]], chunks: list) -> None:
-        """Target features are needed this step if any slot drafts or is close to probing, or a prompt chunk goes
-        through while new slots are likely to draft; a slot left without them records a gap, and its drafter
-        context restarts where they resume (``_keep_features``)."""
+    def _extract_features_if_needed(self, plan: list[tuple[Slot, int]], chunks: list, features: bool) -> None:
+        """Target features are needed this step if the schedule says so (drafting, or a probe is near), or a prompt
+        chunk goes through while new slots are likely to draft; a slot left without them records a gap, and its
+        drafter context restarts where they resume (``_keep_features``)."""
         if self.drafter is None:
             return
-        need = (not self.config.adaptive or any(k > 0 or adaptive.wants_features(s.policy) for s, k in plan)
-                or (bool(chunks) and adaptive.expects_drafting(self.accept_prior)))
+        need = features or (bool(chunks) and (not self.config.adaptive or self.drafting.expects_drafting()))
         self.target_ctx.set_features(need)
         for slot, k in plan:
             if k > 0 and slot.feature_gap:  # drafting before any feature resumed (rare): start from no context
@@ -264,7 +264,7 @@ class Engine:
         new_tokens, text = self._emit(slot, committed)
         slot.stats.record_step(k, m, len(new_tokens))
         if self.config.adaptive:
-            adaptive.observe(slot.policy, self.accept_prior, k, m)
+            self.drafting.observe(slot.policy, k, m)
         if self.config.check_invariants:
             self._check(slot)
         self.prompt_cache.after_commit(slot)  # an SWA checkpoint every CacheConfig.checkpoint_every positions
@@ -318,10 +318,10 @@ class Engine:
         dn = self.drafter.ctx.t_native if self.drafter else 0.0
         return time.perf_counter(), dn, self.target_ctx.t_native
 
-    def _account(self, running: list[Slot], prefilling: list[Slot], max_drafts: int, clock, t_commit: float) -> None:
+    def _account(self, plan: list[tuple[Slot, int]], prefilling: list[Slot], clock, t_commit: float) -> None:
         """Split the step: draft = drafter native time, verify = target forward, commit = accept/rollback/emit,
         host = the rest (batch building, feature copies, Python bookkeeping). A slot still prefilling counts the
-        whole step as prefill time."""
+        whole step as prefill time. Adaptive drafting learns its cost curves from the decode-only steps."""
         t0, dn0, tn0 = clock
         now, dn1, tn1 = self._clock()
         total = now - t0
@@ -329,9 +329,11 @@ class Engine:
         split = (t_draft, t_verify, t_commit, max(0.0, total - t_draft - t_verify - t_commit))
         for slot in prefilling:
             slot.stats.t_prefill += total
-        if not prefilling:  # a prompt chunk would make this step look expensive for its draft length
-            self.costs.observe(max_drafts, total)
-        for st in [s.stats for s in running] + [self.stats]:
+        if self.config.adaptive and self.drafter is not None and plan and not prefilling:
+            # everything but the drafter's forward scales with the verify tokens: it is V's (costs.py)
+            self.drafting.costs.observe(len(plan), sum(1 + k for _, k in plan), self.target_ctx.features_on,
+                                        total - t_draft, sum(1 + k for _, k in plan if k), t_draft)
+        for st in [s.stats for s, _ in plan] + [self.stats]:
             st.t_draft += split[0]
             st.t_verify += split[1]
             st.t_commit += split[2]
@@ -347,7 +349,7 @@ class Engine:
             draft = self._clamp_draft(req.draft_max if req.draft_max is not None else self.config.draft_max)
             # the prompt but its last token goes through the target in chunks (step); the last is the first anchor
             slot = Slot(seq=i, request=req, prompt=tokens, draft_max=draft, stats=Stats(n_prompt=len(tokens)),
-                        text=TextStream(req.stop), policy=adaptive.new_slot_policy(self.accept_prior),
+                        text=TextStream(req.stop), policy=adaptive.SlotPolicy(),
                         prefill=list(tokens[:-1]), anchor=tokens[-1], admitted=next(self._admissions))
             self.target_ctx.set_sampling(i, req.sampling)
             # both KV caches and the feature bookkeeping brought to the longest usable cached prefix: only the rest

@@ -1,0 +1,152 @@
+"""What a step costs, learned online from the engine's own steps.
+
+A step is one target forward over the verify spans (each running slot's anchor plus its K drafts) and, when any
+slot drafts, one drafter forward over the draft blocks (each drafting slot's anchor plus K masks). So
+
+    t(step) = V_f(n, n + sum K) + D(sum over drafting slots of (K + 1))
+
+- V_f(n, x): seconds of the target forward and everything the host does around it, over x verify tokens of n
+  running slots, with
+  feature extraction on or off (f): extraction copies every feature layer's rows to the host (+10% of a plain
+  step at 8 slots on an H200, docs/step_costs_gpu.json).
+- D(x): seconds of the drafter forward (feature injection included) over x block tokens; 0 when nobody drafts.
+
+Neither is linear: on an H200 a verify row is 0.14 ms from 8 to 16 tokens and 0.03 ms from 40 to 128 (the
+vocabulary-sized output rows get cheaper per row as the batch grows); on a CPU both grow about linearly. So each
+is a curve: an EMA per bucket of x, interpolated linearly between buckets. Steps that also carry a prompt chunk are
+not observed (their cost is not the decode cost of their x), and the first step in each bucket is dropped: it can
+include llama.cpp's graph allocation for a new batch shape (measured on an H200: 100x a normal step).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+EMA = 0.2
+EXACT_UP_TO = 16  # buckets: every x up to here, then geometric
+GROWTH = 1.125
+
+
+def bucket(x: int) -> int:
+    if x <= EXACT_UP_TO:
+        return x
+    return EXACT_UP_TO + 1 + int(math.log(x / EXACT_UP_TO) / math.log(GROWTH))
+
+
+@dataclass
+class Curve:
+    """seconds(x): per bucket, an EMA of x and of the seconds observed there."""
+
+    points: dict[int, list[float]] = field(default_factory=dict)  # bucket -> [mean x, mean seconds]
+    seen: set[int] = field(default_factory=set)
+    _xs: list[float] = field(default_factory=list)  # sorted by x, rebuilt when a bucket appears
+    _ts: list[float] = field(default_factory=list)
+
+    def observe(self, x: int, seconds: float) -> None:
+        b = bucket(x)
+        if b not in self.seen:  # a warm-up step for this shape
+            self.seen.add(b)
+            return
+        p = self.points.get(b)
+        if p is None:
+            self.points[b] = [float(x), seconds]
+        else:
+            p[0] += EMA * (x - p[0])
+            p[1] += EMA * (seconds - p[1])
+        pts = sorted(self.points.values())
+        self._xs = [p[0] for p in pts]
+        # a cost never falls with more tokens: noise that says so would make extra drafts look free
+        self._ts = list(_running_max([p[1] for p in pts]))
+
+    @property
+    def known(self) -> bool:
+        return bool(self._xs)
+
+    def has(self, x: int) -> bool:
+        """Whether x's bucket has been measured (past its warm-up step)."""
+        return bucket(x) in self.points
+
+    def covers(self, x: float) -> bool:
+        return bool(self._xs) and self._xs[0] <= x <= self._xs[-1]
+
+    def nearest(self, x: float) -> tuple[float, float]:
+        """The known point (x, seconds) closest to x."""
+        i = min(range(len(self._xs)), key=lambda j: abs(self._xs[j] - x))
+        return self._xs[i], self._ts[i]
+
+    def __call__(self, x: float) -> Optional[float]:
+        xs, ts = self._xs, self._ts
+        if not xs:
+            return None
+        i = bisect.bisect_left(xs, x)
+        if i < len(xs) and xs[i] == x:
+            return ts[i]
+        if i == 0:  # below every known point: the smallest known cost (a step has a large fixed part)
+            return ts[0]
+        if i == len(xs):  # above: the last slope, or with one point a cost proportional to x (pessimistic)
+            if len(xs) == 1:
+                return ts[0] * x / max(xs[0], 1.0)
+            slope = (ts[-1] - ts[-2]) / max(xs[-1] - xs[-2], 1e-9)
+            return ts[-1] + slope * (x - xs[-1])
+        x0, x1 = xs[i - 1], xs[i]
+        return ts[i - 1] + (ts[i] - ts[i - 1]) * (x - x0) / (x1 - x0)
+
+
+def _running_max(values):
+    m = -math.inf
+    for v in values:
+        m = max(m, v)
+        yield m
+
+
+@dataclass
+class StepCosts:
+    """The verify curves per feature state and per number of running slots n, and the drafter's curve.
+
+    V also grows with n at a fixed x: each sequence adds attention work over its own KV (on an H200, ~0.11 ms per
+    slot: 16 tokens cost 2.58 ms as one span of 16, 3.34 ms as 8 spans of 2). So each n has its own curve; where it
+    has no data near x, the curve over all n (its shape) is shifted to match n's own nearest point (its level)."""
+
+    verify_by_n: dict = field(default_factory=dict)  # (features, n) -> Curve over x
+    verify_any: dict = field(default_factory=lambda: {True: Curve(), False: Curve()})  # features -> Curve over x
+    draft: Curve = field(default_factory=Curve)
+
+    def observe(self, n: int, n_verify: int, features: bool, t_verify: float, n_block: int, t_draft: float) -> None:
+        """One decode step of n running slots: n_verify target tokens (features on or off) in t_verify seconds,
+        n_block drafter block tokens (0: no drafting) in t_draft seconds."""
+        self.verify_by_n.setdefault((features, n), Curve()).observe(n_verify, t_verify)
+        self.verify_any[features].observe(n_verify, t_verify)
+        if n_block:
+            self.draft.observe(n_block, t_draft)
+
+    def known(self, features: bool) -> bool:
+        return self.verify_any[features].known
+
+    def verify(self, n: int, x: float, features: bool) -> Optional[float]:
+        """V_f(n, x): n's own curve where it covers x, else the shape of all n levelled on n's nearest point;
+        the other feature state's curves while this one has none."""
+        own = self.verify_by_n.get((features, n))
+        if own is not None and own.covers(x):
+            return own(x)
+        shape = self.verify_any[features] if self.known(features) else self.verify_any[not features]
+        if not shape.known:
+            return None
+        level = own if own is not None and own.known else self.verify_by_n.get((not features, n))
+        if level is None or not level.known:
+            return shape(x)
+        px, pt = level.nearest(x)
+        return max(1e-9, pt + shape(x) - shape(px))
+
+    def verify_chord(self, n: int, x0: float, x1: float) -> float:
+        """Seconds per extra verify token (features on) between x0 and x1, >= 0."""
+        if x1 <= x0:
+            return 0.0
+        return max(0.0, (self.verify(n, x1, True) - self.verify(n, x0, True)) / (x1 - x0))
+
+    def draft_chord(self, x0: float, x1: float) -> float:
+        if x1 <= x0:
+            return 0.0
+        return max(0.0, (self.draft(x1) - self.draft(x0)) / (x1 - x0))
