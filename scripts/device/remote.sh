@@ -11,8 +11,15 @@
 #   remote.sh eval    the held-out drafter evaluation (scripts/eval_drafter.py)
 #   remote.sh repro   issue 12 item 2: random drafters through the engine on the GPU (scripts/device/repro_random_drafter.py),
 #                     PYDFLASH_VERBOSE=1, the whole log to $OUT/repro_gpu.log
+#   remote.sh nan     issue 12 item 2's mechanism: a drafter with NaN logits, with and without the invalid-id guard
+#                     (scripts/device/repro_nan_drafter.py)
 #   remote.sh server  scripts/bench_server.py against pydflash-server -ngl -1: spec / plain / fixed block at 1, 4, 16
 #                     clients, plus the long-prefill probe
+#   remote.sh http    scripts/bench_http.py: native llama-server (built here from the same tree) against
+#                     pydflash-server through HTTP; extra args pick conditions (--only ...) so that each call fits
+#   remote.sh adapt   in-process scripts/bench.py, plain against adaptive drafting (useless and shipped drafter) at
+#                     1, 8 and 16 slots, with the per-step split (draft / verify / commit / host: the host profile)
+#   remote.sh cache   scripts/bench_cache.py: a 6-turn chat with a ~1,000-token system prompt, cache on / off
 # Results go to $OUT; each of costs/bench/long/eval fits one 10-minute call.
 set -euo pipefail
 W=/root/pydflash-dev
@@ -42,8 +49,8 @@ start)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $W/site whl/*.whl
     # our patches are already applied in the carried vendor tree
     setsid nohup bash -c "cd $W/llama.cpp && cmake -S . -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-        -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
-        > $W/configure.log 2>&1 && cmake --build build -j16 --target llama > $W/build.log 2>&1; echo \$? > $W/build.rc" \
+        -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+        > $W/configure.log 2>&1 && cmake --build build -j16 --target llama llama-server > $W/build.log 2>&1; echo \$? > $W/build.rc" \
         > /dev/null 2>&1 &
     echo started build; nvidia-smi --query-gpu=name,memory.total --format=csv
     PYTHONPATH=$W/site python3 -c 'import fastapi, starlette, pydantic, uvicorn, sse_starlette, prometheus_client
@@ -76,6 +83,25 @@ repro)
     set -o pipefail
     PYDFLASH_VERBOSE=1 python3 scripts/device/repro_random_drafter.py --ngl -1 --out $OUT/repro_gpu.json \
         2>&1 | tee $OUT/repro_gpu.log | grep -v "^llama_model_loader\|^load_tensors\|^print_info" | tail -c 9000 ;;
+http)  # remote.sh http [bench_http.py args...]: JSON only (rendered locally: the device has no matplotlib)
+    use_build
+    python3 scripts/bench_http.py --ngl -1 --threads 8 --llama-server $W/llama.cpp/build/bin/llama-server \
+        --out-dir $OUT --no-render --log-dir $OUT/logs "${@:2}" ;;
+nan)
+    use_build
+    PYDFLASH_VERBOSE=1 python3 scripts/device/repro_nan_drafter.py --ngl -1 --out $OUT/repro_nan.json 2> $OUT/repro_nan.log \
+        || true
+    grep -c "same content types" $OUT/repro_nan.log || true
+    grep -m3 "same content types\|invalid token\|llama_decode" $OUT/repro_nan.log || true ;;
+adapt)
+    use_build
+    for c in 1 8 16; do
+        $BENCH --slots $c --rounds 3 --tokens 256 --reduced-head 0 --out $OUT/bench_gpu_adaptive_c$c.md \
+            --only "adaptive, random drafter;trained drafter;trained drafter, adaptive"
+    done ;;
+cache)  # remote.sh cache [bench_cache.py args...]
+    use_build
+    python3 scripts/bench_cache.py --start "-ngl -1 -t 8" --out $OUT/cache_gpu.json "${@:2}" ;;
 server)  # remote.sh server [bench_server.py args...]
     use_build
     python3 scripts/bench_server.py --start "-ngl -1 -np 16 -c 8192 -t 8" --modes spec,plain,fixed --fixed-k 15 \
