@@ -54,6 +54,21 @@ class Sink:
     async def get(self) -> Any:
         return await self._q.get()
 
+    @staticmethod
+    def put_all(items: list[tuple["Sink", Any]]) -> None:
+        """Deliver a step's replies with one wake-up of the event loop, not one per request: each wake-up is a
+        write to the loop's self-pipe and a turn for the GIL, which at 16 streams costs the engine thread."""
+        by_loop: dict = {}
+        for sink, item in items:
+            by_loop.setdefault(sink._aloop, []).append((sink._q, item))
+        for aloop, puts in by_loop.items():
+            aloop.call_soon_threadsafe(_put_nowait_all, puts)
+
+
+def _put_nowait_all(puts: list) -> None:
+    for q, item in puts:
+        q.put_nowait(item)
+
 
 @dataclass
 class _Submit:
@@ -129,8 +144,7 @@ class EngineLoop:
                 if self.engine.has_work and not self._stop:
                     events = self.engine.step()
                     self.last_step = time.monotonic()
-                    for ev in events:
-                        self._deliver(ev)
+                    Sink.put_all([d for d in map(self._delivery, events) if d is not None])
                 if self.on_step is not None:  # also when idle: gauges follow cancellations
                     self.on_step(self.engine, events)
         except BaseException as exc:  # an engine failure: fail everyone, then let the worker die
@@ -174,13 +188,14 @@ class EngineLoop:
             except Exception as exc:  # the caller maps it (InvalidRequest -> 400, others -> 500)
                 cmd.sink.put((False, exc))
 
-    def _deliver(self, ev: Event) -> None:
+    def _delivery(self, ev: Event) -> Optional[tuple[Sink, tuple]]:
+        """(sink, reply) for an event, or None when nobody listens any more."""
         sink = self._sinks.get(ev.request_id)
         if sink is None:
-            return
+            return None
         if ev.finished:
             del self._sinks[ev.request_id]
-        sink.put((ev.request_id, ev))
+        return sink, (ev.request_id, ev)
 
     def _fail_all(self, exc: BaseException) -> None:
         err = EngineDead(f"the engine failed: {type(exc).__name__}: {exc}")
