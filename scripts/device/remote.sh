@@ -97,7 +97,7 @@ adapt)
     use_build
     for c in 1 8 16; do
         $BENCH --slots $c --rounds 3 --tokens 256 --reduced-head 0 --out $OUT/bench_gpu_adaptive_c$c.md \
-            --only "adaptive, random drafter;trained drafter;trained drafter, adaptive"
+            --only "synthetic L=8;adaptive, random drafter;trained drafter;trained drafter, adaptive"
     done ;;
 cache)  # remote.sh cache [bench_cache.py args...]
     use_build
