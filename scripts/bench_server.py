@@ -271,20 +271,30 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Server:
-    """pydflash-server in its own process group (the router and its workers go down together)."""
+class ServerStartError(SystemExit):
+    """The server exited or never became healthy (a SystemExit, so this script still ends with one line)."""
 
-    def __init__(self, args: list[str], log_path: pathlib.Path, ready_timeout: float):
+
+class Server:
+    """pydflash-server in its own process group (the router and its workers go down together).
+
+    ``program`` swaps in another server that takes ``--port`` and answers ``GET /health`` with 200 once ready
+    (scripts/bench_http.py passes a native llama-server binary)."""
+
+    def __init__(self, args: list[str], log_path: pathlib.Path, ready_timeout: float,
+                 program: list[str] | None = None):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.cmd = [sys.executable, "-m", "pydflash.cli.server", "--port", str(self.port), *args]
+        program = program or [sys.executable, "-m", "pydflash.cli.server"]
+        self.cmd = [*program, "--port", str(self.port), *args]
         self.log = open(log_path, "wb")
         self.proc = subprocess.Popen(self.cmd, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise SystemExit(f"bench_server: the server exited ({self.proc.returncode}); see {log_path}")
+                self.stop()  # a router whose worker lives on, and the log file
+                raise ServerStartError(f"bench_server: the server exited ({self.proc.returncode}); see {log_path}")
             try:
                 if httpx.get(self.base + "/health", timeout=2).status_code == 200:
                     return
@@ -292,7 +302,7 @@ class Server:
                 pass
             time.sleep(0.2)
         self.stop()
-        raise SystemExit(f"bench_server: the server was not healthy after {ready_timeout} s; see {log_path}")
+        raise ServerStartError(f"bench_server: the server was not healthy after {ready_timeout} s; see {log_path}")
 
     def stop(self) -> None:
         if self.proc.poll() is None:

