@@ -138,21 +138,28 @@ def summarize(rounds: list[dict]) -> list[dict]:
             row[mode] = {"ttft_ms_median": round(statistics.median(ts), 1), "ttft_ms_min": min(ts),
                          "ttft_ms_max": max(ts),
                          "prompt_tokens_median": statistics.median(r[mode][i]["prompt_tokens"] for r in rounds),
-                         "cached_tokens_median": statistics.median(r[mode][i]["cached_tokens"] for r in rounds)}
+                         "cached_tokens_median": statistics.median(r[mode][i]["cached_tokens"] for r in rounds),
+                         "prompt_ms_median": _median(r[mode][i]["prompt_ms"] for r in rounds)}
         rows.append(row)
     return rows
 
 
+def _median(xs):
+    xs = [x for x in xs if x is not None]
+    return round(statistics.median(xs), 1) if xs else None
+
+
 def markdown(report: dict) -> str:
     out = ["| turn | prompt tokens | cached (on) | TTFT off, ms: median [range] | TTFT on, ms: median [range] "
-           "| off / on |", "|---|---|---|---|---|---|"]
+           "| off / on | server prefill off / on, ms |", "|---|---|---|---|---|---|---|"]
     for row in report["summary"]:
         off, on = row["off"], row["on"]
         ratio = off["ttft_ms_median"] / on["ttft_ms_median"] if on["ttft_ms_median"] else None
         out.append(f"| {row['turn']} | {fmt(on['prompt_tokens_median'])} | {fmt(on['cached_tokens_median'])} "
                    f"| {off['ttft_ms_median']:g} [{off['ttft_ms_min']:g}-{off['ttft_ms_max']:g}] "
                    f"| {on['ttft_ms_median']:g} [{on['ttft_ms_min']:g}-{on['ttft_ms_max']:g}] "
-                   f"| {'-' if ratio is None else f'{ratio:.1f}x'} |")
+                   f"| {'-' if ratio is None else f'{ratio:.1f}x'} "
+                   f"| {fmt(off['prompt_ms_median'])} / {fmt(on['prompt_ms_median'])} |")
     return "\n".join(out)
 
 
@@ -163,8 +170,14 @@ def main(argv=None) -> int:
     ap.add_argument("--system-tokens", type=int, default=1000, help="size of the system prompt")
     ap.add_argument("--tokens", type=int, default=32, help="answer tokens per turn (ignore_eos)")
     ap.add_argument("--ready-timeout", type=float, default=600.0)
-    ap.add_argument("--out", default="docs/cache_cpu.json", help="JSON report")
+    ap.add_argument("--out", default="docs/cache_cpu.json", help="JSON report (the server log goes next to it)")
+    ap.add_argument("--table", metavar="JSON", help="only print the table of an earlier report")
     args = ap.parse_args(argv)
+    if args.table:
+        report = json.loads(pathlib.Path(args.table).read_text())
+        report["summary"] = summarize(report["rounds"])
+        print(markdown(report))
+        return 0
     if args.rounds < 1:
         raise SystemExit("bench_cache: --rounds must be >= 1")
 
