@@ -100,6 +100,35 @@ def test_curve_drops_the_warm_up_step_and_interpolates():
     assert c(72) == pytest.approx(5.0)  # above: the last slope
 
 
+def test_curve_shrugs_off_stalls():
+    """A busy machine stalls a step now and then: early samples keep their minimum, later ones move the estimate by
+    at most 20% (2x the current value, EMA 0.2)."""
+    c = Curve()
+    for t in (50.0, 1.0, 10.0, 1.0):  # warm-up, then a stall among the first samples
+        c.observe(8, t)
+    assert c(8) == 1.0
+    c.observe(8, 100.0)
+    assert c(8) == pytest.approx(1.2)
+
+
+def test_useless_drafter_on_a_stalling_cpu_stays_paused():
+    """One step in 20 stalls 5x (a loaded machine): drafting must not start to look cheap."""
+    rng = random.Random(7)
+    policy = adaptive.DraftPolicy()
+    slots = [adaptive.SlotPolicy() for _ in range(2)]
+    drafting = 0
+    for _ in range(2000):
+        plan = policy.plan([(s, 15) for s in slots])
+        t_verify, t_draft = CPU.step(plan.drafts, plan.features)
+        stall = 5.0 if rng.random() < 0.05 else 1.0
+        policy.costs.observe(2, 2 + sum(plan.drafts), plan.features, t_verify * stall,
+                             sum(k + 1 for k in plan.drafts if k), t_draft * stall)
+        for s, k in zip(slots, plan.drafts):
+            policy.observe(s, k, 0)
+        drafting += any(plan.drafts)
+    assert drafting < 0.03 * 2000
+
+
 def test_curve_never_falls_with_more_tokens():
     c = Curve()
     for x, t in [(4, 2.0), (4, 2.0), (16, 1.5), (16, 1.5)]:
@@ -237,7 +266,7 @@ def test_pauses_are_shared_and_grow():
 
 def test_features_only_in_the_lead_in_to_a_probe():
     policy = adaptive.DraftPolicy()
-    policy.costs, policy.calibrated = calibrated(GPU, 2), True
+    policy.costs, policy.calibrated = calibrated(GPU, 2), 2
     policy.pause, policy.backoff = 100, 128
     slots = [(adaptive.SlotPolicy(), 15), (adaptive.SlotPolicy(), 15)]
     feats = [policy.plan(slots).features for _ in range(99)]
@@ -286,7 +315,7 @@ def test_paused_slots_skip_features_and_restart_the_drafter(tiny, monkeypatch):
     cfg = EngineConfig(n_ctx_slot=1024, n_slots=2, adaptive=True, synth_len=1.0, check_invariants=True)
     with api.load(p.target, p.drafter, config=cfg, cache=no_cache) as llm:
         eng = llm.engine
-        eng.drafting.costs, eng.drafting.calibrated = calibrated(CPU, 2), True
+        eng.drafting.costs, eng.drafting.calibrated = calibrated(CPU, 2), 2
         monkeypatch.setattr(StepCosts, "observe", lambda self, *a: None)
         first = llm.generate_many([api.Request(toks[0], max_tokens=400, ignore_eos=True),
                                    api.Request(toks[1], max_tokens=400, ignore_eos=True)])

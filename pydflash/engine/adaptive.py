@@ -26,8 +26,8 @@ final comparison: drafting must beat R_plain by MARGIN, or nobody drafts this st
   and deciding for 16 slots costs a few percent of a GPU step.
 - Target features are extracted only when needed: in drafting steps and in the FEATURE_LEAD steps before a probe.
   The drafter's context then restarts from those features (see ``Slot``), at no extra target work.
-- Calibration: the first decode steps measure a plain step, every slot drafting 2, and one slot drafting its
-  whole block (``_calibration``). Steps carrying a prompt chunk are not measured, so calibration lasts until
+- Calibration: the first decode steps measure a plain step and every slot drafting 2; one slot's whole block is
+  measured once the drafts look good enough for it to matter (``_calibration``). Steps carrying a prompt chunk are not measured, so calibration lasts until
   enough pure decode steps were seen.
 """
 
@@ -43,6 +43,7 @@ PRIOR_WEIGHT = 4.0  # engine counts count as this many drafting steps of a slot'
 MARGIN = 0.03  # drafting must promise this much over plain decoding: the estimates are noisy, a loss is not
 ROUNDS = 3
 REPLAN_EVERY = 4  # steps a drafting decision is kept while the same slots run (a decision at 16 slots ~0.3 ms)
+REFRESH_PLAIN = 128  # while drafting, one plain step (features kept) in this many keeps the plain cost current
 MIN_BACKOFF = 4
 MAX_BACKOFF = 256
 # Steps before a probe during which a paused slot collects features again: the probe's drafter context. With the
@@ -106,9 +107,10 @@ class DraftPolicy:
     prior: AcceptCounts = field(default_factory=AcceptCounts)  # engine-wide acceptance
     pause: int = 0  # plain steps left before every slot probes (0: deciding every step)
     backoff: int = MIN_BACKOFF  # the next pause length
-    calibrated: bool = False
+    calibrated: int = 0  # 1: plain and short drafts measured; 2: a whole block too
     _last: tuple | None = None  # (slots, K per slot) of the last drafting decision
     _age: int = 0  # steps it has been used
+    _drafting_steps: int = 0  # steps decided outside pauses
 
     def plan(self, slots: list[tuple[SlotPolicy, int]]) -> Plan:
         """K for each (slot policy, draft_max) of the running slots, chosen together."""
@@ -118,20 +120,23 @@ class DraftPolicy:
         if not any(maxes):
             return Plan(zeros, False)
         c = self.costs
-        if not self.calibrated:
-            calibration = self._calibration(maxes)
-            if calibration is not None:
-                return calibration
-            self.calibrated = True
+        calibration = self._calibration(slots, maxes)
+        if calibration is not None:
+            return calibration
         if self.pause > 1:
             self.pause -= 1
             return Plan(zeros, self.pause <= FEATURE_LEAD)
         key = tuple(id(pol) for pol, _ in slots), tuple(maxes)
+        self._drafting_steps += 1
+        if self._drafting_steps % REFRESH_PLAIN == 0:  # while drafting, plain costs are never measured otherwise
+            return Plan(zeros, True)
         if self.pause == 0 and self._last is not None and self._last[0] == key and self._age < REPLAN_EVERY:
             self._age += 1  # the same slots as the last decision, which drafted: keep it for a few steps
             return Plan(list(self._last[1]), True)
         curves = [accept_curve(pol.counts, self.prior, m) for pol, m in slots]
-        plain = n / c.verify(n, n, features=False)
+        # a plain step costs at most what one with features costs: the smaller of the two is the fresher (steps
+        # with features are measured in every lead-in and refresh, steps without only during pauses)
+        plain = n / min(c.verify(n, n, features=False), c.verify(n, n, features=True))
         ks, probe = self._choose(n, curves, maxes, plain)
         self._last = None
         if self.pause == 1:  # the probe: every slot drafts at its best drafting K
@@ -155,20 +160,29 @@ class DraftPolicy:
         self._last, self._age = (key, ks), 1
         return Plan(list(ks), True)
 
-    def _calibration(self, maxes: list[int]) -> Plan | None:
-        """The first decode steps measure three shapes, each past its warm-up step: a plain step without features,
-        every slot drafting 2, and one slot drafting its whole block. Cheap even on a CPU at 16 slots (the whole
-        block for every slot there costs ~10 plain steps), and together they span the curves' useful range."""
+    def _calibration(self, slots: list[tuple[SlotPolicy, int]], maxes: list[int]) -> Plan | None:
+        """The first decode steps measure a plain step without features and every slot drafting 2 (past each one's
+        warm-up step on a GPU). One slot's whole block is measured too, but only once some slot's drafts look good
+        enough for a long block to matter (2 drafts expected to yield >= 1 accepted): on a CPU that step costs ~10
+        plain steps, which a useless drafter should never pay."""
         c, n = self.costs, len(maxes)
-        if not c.verify_any[False].has(n):
-            return Plan([0] * n, False)
-        small = [min(2, m) for m in maxes]
-        if not (c.verify_any[True].has(n + sum(small)) and c.draft.has(sum(k + 1 for k in small if k))):
-            return Plan(small, True)
-        i = max(range(n), key=lambda j: maxes[j])
-        if maxes[i] > 2 and not c.draft.has(maxes[i] + 1):
-            return Plan([maxes[i] if j == i else 0 for j in range(n)], True)
-        return None
+        if self.calibrated == 2:
+            return None
+        if self.calibrated == 0:
+            if not c.verify_any[False].has(n):
+                return Plan([0] * n, False)
+            small = [min(2, m) for m in maxes]
+            if not (c.verify_any[True].has(n + sum(small)) and c.draft.has(sum(k + 1 for k in small if k))):
+                return Plan(small, True)
+            self.calibrated = 1
+        if max(maxes) <= 2 or c.draft.has(max(maxes) + 1):
+            self.calibrated = 2
+            return None
+        e2 = [accept_curve(pol.counts, self.prior, 2)[2] if m > 2 else -1.0 for pol, m in slots]
+        j = max(range(n), key=e2.__getitem__)
+        if e2[j] < 1.0:
+            return None  # not yet: decide with what is known, and look again next time
+        return Plan([maxes[j] if k == j else 0 for k in range(n)], True)
 
     def observe(self, slot: SlotPolicy, n_drafts: int, n_accepted: int) -> None:
         if n_drafts:

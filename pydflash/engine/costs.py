@@ -13,9 +13,12 @@ slot drafts, one drafter forward over the draft blocks (each drafting slot's anc
 
 Neither is linear: on an H200 a verify row is 0.14 ms from 8 to 16 tokens and 0.03 ms from 40 to 128 (the
 vocabulary-sized output rows get cheaper per row as the batch grows); on a CPU both grow about linearly. So each
-is a curve: an EMA per bucket of x, interpolated linearly between buckets. Steps that also carry a prompt chunk are
-not observed (their cost is not the decode cost of their x), and the first step in each bucket is dropped: it can
-include llama.cpp's graph allocation for a new batch shape (measured on an H200: 100x a normal step).
+is a curve: per bucket of x, a robust mean of the seconds seen there, interpolated linearly between buckets. Steps
+that also carry a prompt chunk are not observed (their cost is not the decode cost of their x), and the first step in
+each bucket is dropped: it can include llama.cpp's graph allocation for a new batch shape (measured on an H200: 100x
+a normal step). A busy machine stalls steps now and then (another process, the GIL): the first ROBUST_FIRST samples
+of a bucket keep their minimum, and later ones move the EMA by at most 2x the current value, so one stall cannot
+make a shape look expensive for good (the policy may never visit it again to correct it).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 EMA = 0.2
+ROBUST_FIRST = 3
 EXACT_UP_TO = 16  # buckets: every x up to here, then geometric
 GROWTH = 1.125
 
@@ -40,7 +44,8 @@ def bucket(x: int) -> int:
 class Curve:
     """seconds(x): per bucket, an EMA of x and of the seconds observed there."""
 
-    points: dict[int, list[float]] = field(default_factory=dict)  # bucket -> [mean x, mean seconds]
+    drop_first: bool = True  # the first step of each shape may be a graph allocation (GPU backends)
+    points: dict[int, list[float]] = field(default_factory=dict)  # bucket -> [mean x, seconds, samples]
     seen: set[int] = field(default_factory=set)
     _xs: list[float] = field(default_factory=list)  # sorted by x, rebuilt when a bucket appears
     _ts: list[float] = field(default_factory=list)
@@ -49,13 +54,18 @@ class Curve:
         b = bucket(x)
         if b not in self.seen:  # a warm-up step for this shape
             self.seen.add(b)
-            return
+            if self.drop_first:
+                return
         p = self.points.get(b)
         if p is None:
-            self.points[b] = [float(x), seconds]
+            self.points[b] = [float(x), seconds, 1]
+        elif p[2] < ROBUST_FIRST:
+            p[0] += (x - p[0]) / (p[2] + 1)
+            p[1] = min(p[1], seconds)
+            p[2] += 1
         else:
             p[0] += EMA * (x - p[0])
-            p[1] += EMA * (seconds - p[1])
+            p[1] += EMA * (min(seconds, 2.0 * p[1]) - p[1])
         pts = sorted(self.points.values())
         self._xs = [p[0] for p in pts]
         # a cost never falls with more tokens: noise that says so would make extra drafts look free
@@ -110,14 +120,21 @@ class StepCosts:
     slot: 16 tokens cost 2.58 ms as one span of 16, 3.34 ms as 8 spans of 2). So each n has its own curve; where it
     has no data near x, the curve over all n (its shape) is shifted to match n's own nearest point (its level)."""
 
+    # On a CPU the first step of a new shape costs what the next ones do, and calibration steps are expensive there
+    # (one slot's whole block ~10 plain steps): the engine keeps their first samples (drop_first=False).
+    drop_first: bool = True
     verify_by_n: dict = field(default_factory=dict)  # (features, n) -> Curve over x
-    verify_any: dict = field(default_factory=lambda: {True: Curve(), False: Curve()})  # features -> Curve over x
-    draft: Curve = field(default_factory=Curve)
+    verify_any: dict = field(default_factory=dict)  # features -> Curve over x
+    draft: Curve = None
+
+    def __post_init__(self):
+        self.verify_any = {True: Curve(self.drop_first), False: Curve(self.drop_first)}
+        self.draft = Curve(self.drop_first)
 
     def observe(self, n: int, n_verify: int, features: bool, t_verify: float, n_block: int, t_draft: float) -> None:
         """One decode step of n running slots: n_verify target tokens (features on or off) in t_verify seconds,
         n_block drafter block tokens (0: no drafting) in t_draft seconds."""
-        self.verify_by_n.setdefault((features, n), Curve()).observe(n_verify, t_verify)
+        self.verify_by_n.setdefault((features, n), Curve(self.drop_first)).observe(n_verify, t_verify)
         self.verify_any[features].observe(n_verify, t_verify)
         if n_block:
             self.draft.observe(n_block, t_draft)
