@@ -22,10 +22,10 @@
 #   remote.sh cache   scripts/bench_cache.py: a 6-turn chat with a ~1,000-token system prompt, cache on / off
 # Results go to $OUT; each of costs/bench/long/eval fits one 10-minute call.
 set -euo pipefail
-# Other work in progress in the local tree travels with every call; scripts/device/wip.patch (untracked, made just
-# before a call with `git diff HEAD -- pydflash scripts tests`) takes it back out, so the GPU runs the committed HEAD.
-if [ -s scripts/device/wip.patch ]; then
-    patch -R -p1 -s --no-backup-if-mismatch < scripts/device/wip.patch || { echo "could not revert wip.patch"; exit 1; }
+# Other work in progress in the local tree travels with every call; .device-bench/head.tgz (carried, made just
+# before a call with `git archive HEAD pydflash scripts tests`) puts the committed files back, so the GPU runs HEAD.
+if [ -s .device-bench/head.tgz ]; then  # git archive HEAD pydflash scripts tests (models left out), carried
+    tar xzf .device-bench/head.tgz
 fi
 W=/root/pydflash-dev
 mkdir -p $W
