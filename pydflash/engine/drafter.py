@@ -12,6 +12,7 @@ import logging
 
 import numpy as np
 
+from ..errors import InvariantError
 from ..native import Context, TokenBatch
 from .slot import Slot
 
@@ -27,6 +28,8 @@ class Drafter:
         self.mask_token = mask_token
         self.batch = TokenBatch(ctx.params.n_ubatch)
         self.n_invalid = 0  # draft blocks cut at an id outside the vocabulary (see _valid_prefix)
+        self._blocks: dict[int, int] = {}  # seq -> batch index of its block's anchor in the last forward
+        self._epoch = -1  # ctx.n_decodes of that forward
 
     def inject(self, slots: list[Slot]) -> None:
         """Write every pending feature row of these slots into the drafter KV, in n_ubatch chunks."""
@@ -65,9 +68,22 @@ class Drafter:
         self.ctx.decode(b)
         drafts = {}
         for slot, start, k in where:
-            drafts[slot.seq] = self._valid_prefix(self.ctx.picks(range(start + 1, start + 1 + k)))
+            raw = self.ctx.picks(range(start + 1, start + 1 + k))
+            drafts[slot.seq] = self._valid_prefix(raw)
+            # a sampling chain drew one uniform per block row from a scratch copy of its stream: advance the stream
+            # past all of them, or the next block would reuse the same draws (a no-op for a greedy chain)
+            self.ctx.accept(slot.seq, [slot.anchor] + raw)
             self.ctx.seq_rm(slot.seq, slot.n_past)  # drop the noise block's own K/V
+        self._blocks = {slot.seq: start for slot, start, _ in where}
+        self._epoch = self.ctx.n_decodes
         return drafts
+
+    def q(self, seq: int, i: int):
+        """q_i: the distribution draft i (0-based) of this sequence's last block was sampled from, after its
+        chain's transforms (``SampledRow``; needs a dist chain). Valid until the drafter's next forward."""
+        if self.ctx.n_decodes != self._epoch or seq not in self._blocks:
+            raise InvariantError(f"drafter probabilities of sequence {seq} read after another drafter forward")
+        return self.ctx.sampled(self._blocks[seq] + 1 + i)
 
     def _valid_prefix(self, drafts: list[int]) -> list[int]:
         """Drafts up to the first one that is not a vocabulary id. A backend sampler leaves -1 in a row it did not

@@ -29,7 +29,7 @@ from ..config import EngineConfig
 from ..errors import ContextOverflow, EngineClosed, InvalidRequest, InvariantError
 from ..native import Context, ContextParams
 from ..pair import Pair
-from . import adaptive
+from . import adaptive, rejection
 from .costs import StepCosts
 from .accept import commit_tokens, greedy_accept, synthetic_accept, synthetic_rate
 from .drafter import Drafter
@@ -91,6 +91,7 @@ class Engine:
                 raise ValueError("synthetic acceptance needs a drafter and draft_max > 0")
             self.synth_p = synthetic_rate(config.synth_len, self.default_draft)
         self.prompt_cache = PromptCache(self, cache or CacheConfig())  # prefix reuse, RAM cache, SWA checkpoints
+        self._rngs: dict[int, random.Random] = {}  # slot seq -> its request's host stream (rejection sampling)
 
     # --- requests -------------------------------------------------------------------------------------
     def _clamp_draft(self, k: Optional[int]) -> int:
@@ -250,11 +251,7 @@ class Engine:
 
     def _commit(self, slot: Slot, drafts: list[int], picks: list[int], rows, pos0: int) -> Event:
         k = len(drafts)
-        if self.synth_p is not None and k:
-            m = synthetic_accept(k, self.synth_p, self.rng)
-        else:  # picks are the target's argmax, or its samples when the request samples (see Request)
-            m = greedy_accept(drafts, picks)
-        committed = commit_tokens(drafts, picks, m)
+        m, committed = self._accept(slot, drafts, picks)
         self.target_ctx.accept(slot.seq, committed)
         if m < k:  # rollback: the target wrote [pos0, pos0 + k]; keep up to the last accepted draft
             self.target_ctx.seq_rm(slot.seq, pos0 + m + 1)
@@ -277,6 +274,32 @@ class Engine:
                         synthetic=self.synth_p is not None)
         self._release(slot)
         return Event(slot.request.id, text, new_tokens, finished=True, result=result)
+
+    def _accept(self, slot: Slot, drafts: list[int], picks: list[int]) -> tuple[int, list[int]]:
+        """Accepted count and committed tokens. Greedy and sample-and-match keep the drafts equal to the target's
+        picks (its argmax, or its samples); rejection sampling compares the drafter's q with the target's p."""
+        k = len(drafts)
+        if self.synth_p is not None and k:
+            m = synthetic_accept(k, self.synth_p, self.rng)
+        elif k and slot.request.rejection:
+            return self._rejection(slot, drafts, picks)
+        else:  # picks are the target's argmax, or its samples when the request samples (see Request)
+            m = greedy_accept(drafts, picks)
+        return m, commit_tokens(drafts, picks, m)
+
+    def _rejection(self, slot: Slot, drafts: list[int], picks: list[int]) -> tuple[int, list[int]]:
+        """Rejection sampling over the block (rejection.py). p and q are read from llama.cpp's backend-sampled
+        probabilities (already on the host); a vocabulary-sized vector is built only at a rejected row."""
+        seq, n_vocab = slot.seq, self.model.n_vocab
+        p = lambda i: self.verifier.p(seq, i)  # noqa: E731
+        q = lambda i: self.drafter.q(seq, i)  # noqa: E731
+        return rejection.speculative_commit(
+            drafts, picks,  # picks: the target chain's own samples; the last is the bonus
+            p_of=lambda i: rejection.prob_of(p(i), drafts[i]),
+            q_of=lambda i: rejection.prob_of(q(i), drafts[i]),
+            rows=lambda i: (rejection.dense(p(i), n_vocab), rejection.dense(q(i), n_vocab)),
+            rng=self._rngs[seq],
+        )
 
     def _emit(self, slot: Slot, committed: list[int]) -> tuple[list[int], str]:
         """Append committed tokens until EOS, a stop string or max_tokens; nothing past them is emitted."""
@@ -354,6 +377,10 @@ class Engine:
                         text=TextStream(req.stop), policy=adaptive.SlotPolicy(),
                         prefill=list(tokens[:-1]), anchor=tokens[-1], admitted=next(self._admissions))
             self.target_ctx.set_sampling(i, req.sampling)
+            if self.drafter is not None:  # q for rejection sampling, else the drafter's argmax
+                self.drafter.ctx.set_sampling(i, req.draft_sampling)
+            if req.rejection:  # the host stream for acceptance uniforms and recovered tokens
+                self._rngs[i] = rejection.seeded_rng(req._seed, 1)
             # both KV caches and the feature bookkeeping brought to the longest usable cached prefix: only the rest
             # of the prompt goes through the target
             n_cached = slot.stats.n_cached = self.prompt_cache.admit(slot, tokens, req.cache_prompt)

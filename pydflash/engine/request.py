@@ -10,9 +10,11 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
 from ..errors import InvalidRequest
+from .rejection import drafter_seed
 from .stats import Stats
 
 _ids = itertools.count()
+SAMPLING_MODES = ("rejection", "match")
 
 
 def _fail(msg: str):
@@ -32,21 +34,31 @@ class Request:
     """One generation request. Every field is checked on construction (``InvalidRequest``, a ``ValueError``), so
     the API, the CLI and the server refuse bad input before anything is queued.
 
-    Sampling (temperature 0 = greedy). Drafts stay the drafter's argmax; the target samples every verified
-    position on the backend and a draft is accepted iff it equals the target's sample there. For a
-    deterministic drafter that is exactly speculative sampling: draft d is kept with probability p(d), and on
-    a rejection the committed sample is distributed as p with d removed, renormalised.
+    Sampling (temperature 0 = greedy, whatever ``sampling_mode`` says). p is the target's distribution after
+    this request's top-k, top-p and temperature (in that order, as its backend chain applies them). Both modes
+    commit tokens distributed exactly as p; they differ in how many drafts they accept:
+    - ``"rejection"`` (the default): the drafter *samples* each draft from q (its own distribution under the
+      same transforms); the target accepts draft x with probability min(1, p(x)/q(x)); the first rejection
+      commits a sample of norm(max(0, p - q)); if every draft is accepted the bonus is the target's sample
+      (``rejection.py``). Accepts as much as the overlap of p and q allows.
+    - ``"match"`` (sample-and-match, as llama.cpp): drafts stay the drafter's argmax, the target samples every
+      verified position and a draft is accepted iff it equals that sample. Exact for a deterministic drafter
+      (draft d is kept with probability p(d)), but it accepts less at temperatures where p is spread out.
 
     Seeds. Without ``seed`` a request draws a fresh 32-bit seed from the OS (``secrets``), so unseeded requests
     differ across calls and processes. With ``seed``, what is promised:
-    - the same request on the same engine configuration, run alone, gives the same output every time;
-    - each request's random stream belongs to its own sequence (the backend sampler chain of its slot), and
-      position j of the output always uses the j-th draw of that stream, whatever the draft length (llama.cpp
-      draws for a verify span from a scratch copy and advances the stream by the committed tokens only), so
-      other requests never consume this request's random numbers;
-    - NOT promised: the same output next to other requests. A forward over a different batch rounds
-      differently, and a draw that lands within float noise of a CDF boundary then picks a neighbouring token,
-      after which the text goes its own way (as in llama.cpp and vLLM).
+    - the same request on the same build and engine configuration, with the same batch composition (run
+      alone, or next to the same requests admitted in the same order), gives the same output every time;
+    - each request's random streams are its own: the backend sampler chains of its slot (the target's, and in
+      rejection mode the drafter's, seeded from a mix of ``seed``) and a host stream for the acceptance
+      uniforms and recovered tokens, all reset at admission. Other requests never consume them;
+    - in match mode, position j of the output uses the j-th draw of the target chain's stream whatever the
+      draft length (llama.cpp draws for a verify span from a scratch copy and advances the stream by the
+      committed tokens only), so a seeded request gives the same text with and without drafting;
+    - NOT promised: the same output next to other requests, on another build or device, or across modes or
+      draft lengths in rejection mode (draws there depend on what was drafted). A forward over a different
+      batch rounds differently, and a draw that lands within float noise of a CDF boundary then picks a
+      neighbouring token, after which the text goes its own way (as in llama.cpp and vLLM).
     """
 
     prompt: Union[str, Sequence[int]]
@@ -59,6 +71,7 @@ class Request:
     top_k: int = 0  # 0: off
     top_p: float = 1.0  # 1: off
     seed: Optional[int] = None  # None: fresh entropy (see the class docstring)
+    sampling_mode: str = "rejection"  # or "match" (sample-and-match); ignored at temperature 0
     cache_prompt: bool = True  # reuse a cached prefix of the prompt (and keep this one for later requests)
     id: int = field(default_factory=lambda: next(_ids))
     _seed: int = field(init=False, repr=False, compare=False, default=0)
@@ -83,6 +96,8 @@ class Request:
             _fail(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
         if not _is_real(self.top_p) or not (0.0 < self.top_p <= 1.0):  # also rejects NaN
             _fail(f"top_p must be a number in (0, 1], got {self.top_p!r}")
+        if self.sampling_mode not in SAMPLING_MODES:
+            _fail(f"sampling_mode must be one of {', '.join(SAMPLING_MODES)}, got {self.sampling_mode!r}")
         if self.seed is not None and not _is_int(self.seed):
             _fail(f"seed must be None or an integer, got {self.seed!r}")
         self.temperature, self.top_p = float(self.temperature), float(self.top_p)  # numpy scalars become Python's
@@ -121,6 +136,19 @@ class Request:
         if self.temperature == 0.0:
             return ("greedy",)
         return ("dist", self.temperature, self.top_k, self.top_p, self._seed)
+
+    @property
+    def rejection(self) -> bool:
+        """Whether drafts are sampled and accepted by rejection sampling (else greedy, or sample-and-match)."""
+        return self.temperature > 0.0 and self.sampling_mode == "rejection"
+
+    @property
+    def draft_sampling(self) -> tuple:
+        """The drafter's backend chain for this request: q under the same transforms in rejection mode, else
+        its argmax."""
+        if not self.rejection:
+            return ("greedy",)
+        return ("dist", self.temperature, self.top_k, self.top_p, drafter_seed(self._seed))
 
 
 @dataclass

@@ -1,10 +1,11 @@
-"""The target side: verify draft spans (and carry prompt chunks), returning greedy picks and target features."""
+"""The target side: verify draft spans (and carry prompt chunks), returning the target's picks (argmax or samples),
+target features, and on request the distributions it sampled from."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InvalidBatch
+from ..errors import InvalidBatch, InvariantError
 from ..native import Context, TokenBatch
 from .slot import Slot
 
@@ -14,6 +15,8 @@ class Verifier:
         self.ctx = ctx
         self.with_features = with_features
         self.batch = TokenBatch(ctx.params.n_batch)
+        self._spans: dict[int, int] = {}  # seq -> batch index of its anchor in the last forward
+        self._epoch = -1  # ctx.n_decodes of that forward
 
     def verify(self, spans: list[tuple[Slot, list[int]]], chunks: list[tuple[Slot, list[int]]] = ()
                ) -> dict[int, tuple[list[int], np.ndarray | None, int]]:
@@ -41,7 +44,16 @@ class Verifier:
             self._check_picks(slot, picks)
             rows = feats[start : start + n] if feats is not None else None
             out[slot.seq] = (picks, rows, slot.n_past)
+        self._spans = {slot.seq: start for slot, start, _, is_span in where if is_span}
+        self._epoch = self.ctx.n_decodes
         return out
+
+    def p(self, seq: int, i: int):
+        """p_i: the distribution the target's chain sampled verify row i of this sequence from, after its
+        transforms (``SampledRow``; needs a dist chain). Valid until the target's next forward."""
+        if self.ctx.n_decodes != self._epoch or seq not in self._spans:
+            raise InvariantError(f"target probabilities of sequence {seq} read after another target forward")
+        return self.ctx.sampled(self._spans[seq] + i)
 
     def _check_picks(self, slot: Slot, picks: list[int]) -> None:
         """A target pick outside the vocabulary (-1: no sample, or CUDA's argmax over NaN logits) would be committed

@@ -126,6 +126,23 @@ batch_ext_set_pos = _declare(
 )
 # llama_token llama_get_sampled_token_ith(struct llama_context * ctx, int32_t i);
 get_sampled_token_ith = _declare("llama_get_sampled_token_ith", [ctypes.c_void_p, ctypes.c_int32], ctypes.c_int32)
+# Backend sampling outputs of a dist chain (rejection sampling reads p and q through these, llama.h):
+# float *  llama_get_sampled_probs_ith      (struct llama_context * ctx, int32_t i);
+get_sampled_probs_ith = _declare(
+    "llama_get_sampled_probs_ith", [ctypes.c_void_p, ctypes.c_int32], ctypes.POINTER(ctypes.c_float)
+)
+# uint32_t llama_get_sampled_probs_count_ith(struct llama_context * ctx, int32_t i);
+get_sampled_probs_count_ith = _declare(
+    "llama_get_sampled_probs_count_ith", [ctypes.c_void_p, ctypes.c_int32], ctypes.c_uint32
+)
+# llama_token * llama_get_sampled_candidates_ith      (struct llama_context * ctx, int32_t i);
+get_sampled_candidates_ith = _declare(
+    "llama_get_sampled_candidates_ith", [ctypes.c_void_p, ctypes.c_int32], ctypes.POINTER(ctypes.c_int32)
+)
+# uint32_t      llama_get_sampled_candidates_count_ith(struct llama_context * ctx, int32_t i);
+get_sampled_candidates_count_ith = _declare(
+    "llama_get_sampled_candidates_count_ith", [ctypes.c_void_p, ctypes.c_int32], ctypes.c_uint32
+)
 
 _backend_ready = False
 

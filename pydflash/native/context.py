@@ -8,19 +8,22 @@ checked first, so a bad call raises instead of aborting the process.
 from __future__ import annotations
 
 import ctypes
+import logging
 import time
-from typing import Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
 from ..errors import DecodeError, InvalidBatch, KVSlotFull, RollbackError
 from ._lib import (
-    C, EmbdRow, batch_ext_add_embd, batch_ext_set_pos, get_sampled_token_ith, llama_get_embeddings_layer_inp,
+    C, EmbdRow, batch_ext_add_embd, batch_ext_set_pos, get_sampled_candidates_count_ith, get_sampled_candidates_ith,
+    get_sampled_probs_count_ith, get_sampled_probs_ith, get_sampled_token_ith, llama_get_embeddings_layer_inp,
     llama_set_embeddings_layer_inp,
 )
 from .handles import ContextParams, Model
 
 LLAMA_PROCESS_TYPE_DECODE = 1
+log = logging.getLogger(__name__)
 
 
 def _raise_for(code: int, what: str) -> None:
@@ -28,6 +31,17 @@ def _raise_for(code: int, what: str) -> None:
         raise KVSlotFull(code, what)
     if code != 0:
         raise DecodeError(code, what)
+
+
+class SampledRow(NamedTuple):
+    """The distribution a backend dist chain sampled one output from, after its top-k / top-p / temperature
+    (``llama_get_sampled_probs_ith`` and ``llama_get_sampled_candidates_ith``): ``probs[j]`` is the probability
+    of token ``ids[j]``, or of token j when ``ids`` is None (no filter reordered the vocabulary). Top-k leaves k
+    entries; top-p keeps the whole sorted vocabulary with 0 past the nucleus. Views into llama.cpp's output
+    buffers: valid until this context's next decode (``Context.n_decodes`` tells)."""
+
+    ids: Optional[np.ndarray]  # [n] int32 token ids, or None for 0..n-1
+    probs: np.ndarray  # [n] float32, sums to 1
 
 
 class TokenBatch:
@@ -117,6 +131,8 @@ class Context:
         self.n_vocab = model.n_vocab
         self._ext = None
         self.t_native = 0.0  # seconds spent inside llama_decode / llama_process (the engine's time split)
+        self.n_decodes = 0  # token batches decoded: outputs read later must come from the batch they expect
+        self.n_bad_rows = 0  # sampled rows that did not hold together (see sampled)
 
     @property
     def ptr(self):
@@ -189,6 +205,7 @@ class Context:
         self._check_tokens(batch)
         t = time.perf_counter()
         rc = C.llama_decode(self._ptr, batch.native())
+        self.n_decodes += 1
         if batch.n and batch.logits[: batch.n].any():
             C.llama_synchronize(self._ptr)  # outputs are read next: count the wait as native time
         self.t_native += time.perf_counter() - t
@@ -241,6 +258,37 @@ class Context:
         """The backend sampler's token (argmax, or a sample) at the given batch indices (marked as outputs)."""
         ptr = self._ptr
         return [get_sampled_token_ith(ptr, i) for i in indices]
+
+    def sampled(self, i: int) -> Optional[SampledRow]:
+        """The probabilities the sequence's dist chain sampled batch index i from (no copy; see SampledRow).
+        llama.cpp already copied them to the host with the batch's outputs; a greedy chain has none.
+
+        None for a row that does not hold together: ids outside the vocabulary, or the chain's own sample not
+        among them with a positive probability. Seen on CPU with top-k + top-p chains, where one row's
+        candidates held that row's filtered logits instead of ids; callers fall back to the sampled token."""
+        ptr = self._ptr
+        n = get_sampled_probs_count_ith(ptr, i)
+        probs = get_sampled_probs_ith(ptr, i)
+        if not probs or n == 0:
+            raise DecodeError(-1, f"no sampled probabilities at batch index {i} (is a dist sampler attached?)")
+        probs = np.ctypeslib.as_array(probs, shape=(n,))
+        nc = get_sampled_candidates_count_ith(ptr, i)  # 0: the identity (llama.cpp returns its full id list)
+        tok = get_sampled_token_ith(ptr, i)
+        if not nc:
+            return SampledRow(None, probs) if 0 <= tok < n and probs[tok] > 0 else self._bad_row(i)
+        ids = np.ctypeslib.as_array(get_sampled_candidates_ith(ptr, i), shape=(nc,))
+        if nc != n or ids.min() < 0 or ids.max() >= self.n_vocab:
+            return self._bad_row(i)
+        j = np.flatnonzero(ids == tok)
+        return SampledRow(ids, probs) if len(j) and probs[j[0]] > 0 else self._bad_row(i)
+
+    def _bad_row(self, i: int) -> None:
+        self.n_bad_rows += 1
+        if self.n_bad_rows == 1:
+            log.warning("%s: backend-sampled probabilities at batch index %d do not hold together (candidates "
+                        "outside the vocabulary or without the sampled token); falling back to the sample",
+                        self.model.path.name, i)
+        return None
 
     def logits(self, i: int) -> np.ndarray:
         """Full-vocabulary logits at batch index i, copied. Only for the test oracle and sampling."""
