@@ -7,6 +7,10 @@
 
 ``load(target)`` without a drafter gives plain greedy decoding through the same engine (the losslessness oracle).
 
+Keyword arguments are ``Request``'s: ``temperature`` (0 = greedy), ``top_k``, ``top_p``, ``seed`` and
+``sampling_mode`` ("rejection", the default, or "match"; see ``Request`` for what each keeps and what a seed
+promises), e.g. ``llm.generate(prompt, temperature=0.7, top_p=0.9, seed=1)``.
+
 An ``LLM`` is thread-safe: one lock serialises every call into the engine, and whichever caller steps the engine
 files each event under its request, so several threads may generate or stream on one ``LLM`` at once (their
 requests share the engine's slots). After ``close()`` (or the ``with`` block) every call raises ``EngineClosed``.

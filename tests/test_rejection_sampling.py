@@ -94,7 +94,7 @@ def test_monte_carlo_joint_of_two_tokens_is_p(reduced_head, unreadable):
     table_p = {(): _rand_dist(rng_np, v), **{(a,): _rand_dist(rng_np, v) for a in range(v)}}
     table_q = {(): _rand_dist(rng_np, v, head), **{(a,): _rand_dist(rng_np, v, head) for a in range(v)}}
     exact = {(a, b): table_p[()][a] * table_p[(a,)][b] for a in range(v) for b in range(v)}
-    n, rng = 20000, random.Random(5)
+    n, rng = 12000, random.Random(5)
     counts, drafted, accepted = Counter(), 0, 0
     for _ in range(n):
         toks, d, a = _simulate(lambda c: table_p[c[-1:]], lambda c: table_q[c[-1:]], 2, 2, rng, unreadable)
@@ -102,5 +102,189 @@ def test_monte_carlo_joint_of_two_tokens_is_p(reduced_head, unreadable):
         drafted, accepted = drafted + d, accepted + a
     assert accepted > 0.1 * drafted  # the acceptance path is exercised
     tv = 0.5 * sum(abs(counts[k] / n - e) for k, e in exact.items())
-    # 16 outcomes, n = 20000: E[TV] ~ 0.01 for an exact sampler; residual-from-p instead of p - q gives ~0.05+
-    assert tv < 0.025, (tv, counts.most_common(4))
+    # 16 outcomes, n = 12000: E[TV] ~ 0.013 for an exact sampler; a residual of p instead of p - q, or accepting
+    # with min(1, 1.5 p/q), gives 0.1 to 0.3
+    assert tv < 0.04, (tv, counts.most_common(4))
+
+
+# --- the engine on a tiny pair ------------------------------------------------------------------------------
+
+PROMPT = "the the the"
+CONFIGS = [dict(temperature=0.7, top_k=4), dict(temperature=1.0, top_k=8, top_p=0.8)]
+N_SAMPLES = 400  # per arm: a few dozen outcomes with >= 10 counts each
+HEAD = 8  # tokens in the reduced drafter head
+
+
+def _engine_config():
+    from pydflash.config import EngineConfig
+
+    return EngineConfig(n_slots=8, n_ctx_slot=128, adaptive=False, draft_max=3)
+
+
+def _histogram(llm, toks, kw: dict, mode: str, seed0: int) -> tuple[Counter, int, int]:
+    from pydflash.engine.request import Request
+
+    reqs = [Request(toks, max_tokens=3, ignore_eos=True, seed=seed0 + s, sampling_mode=mode, **kw)
+            for s in range(N_SAMPLES)]
+    res = llm.generate_many(reqs)
+    return (Counter(tuple(r.tokens) for r in res), sum(r.stats.n_drafted for r in res),
+            sum(r.stats.n_accepted for r in res))
+
+
+def _chi_square_ok(a: Counter, b: Counter, z: float = 3.09) -> tuple[bool, str]:
+    """Two-sample chi-square homogeneity test over outcomes seen >= 10 times (the rest pooled), at the
+    alpha = 1e-3 critical value (Wilson-Hilferty; z = 3.09)."""
+    na, nb = sum(a.values()), sum(b.values())
+    keys = set(a) | set(b)
+    big = [k for k in keys if a[k] + b[k] >= 10]
+    cells = [(a[k], b[k]) for k in big]
+    rest = [k for k in keys if a[k] + b[k] < 10]
+    if rest:
+        cells.append((sum(a[k] for k in rest), sum(b[k] for k in rest)))
+    stat = 0.0
+    for x, y in cells:
+        ex, ey = (x + y) * na / (na + nb), (x + y) * nb / (na + nb)
+        stat += (x - ex) ** 2 / ex + (y - ey) ** 2 / ey
+    df = len(cells) - 1
+    crit = df * (1 - 2 / (9 * df) + z * (2 / (9 * df)) ** 0.5) ** 3
+    return stat < crit, f"chi2 {stat:.1f} on {df} df, critical {crit:.1f}"
+
+
+@pytest.fixture(scope="module")
+def sampled_pair(tiny, tmp_path_factory):
+    """The tiny llama target, its plain-sampling histograms per config, and a drafter whose reduced head holds
+    the tokens plain sampling produces most: a random drafter over the whole vocabulary almost never overlaps
+    the target, so this one makes acceptance (and the q = 0 outside the head path) actually happen."""
+    from pydflash import api
+    from pydflash.compat.reduced_head import write_reduced_head
+
+    p = tiny("llama")
+    with api.load(p.target, config=_engine_config()) as llm:
+        toks = llm.tokenize(PROMPT)
+        plain = [_histogram(llm, toks, kw, "match", seed0=10**6)[0] for kw in CONFIGS]
+    freq = Counter()
+    for h in plain:
+        for seq, n in h.items():
+            for t in seq:
+                freq[t] += n
+    head = [t for t, _ in freq.most_common(HEAD)]
+    drafter = write_reduced_head(p.drafter, p.target, head, tmp_path_factory.mktemp("head") / "d.gguf",
+                                 head_type="F32")
+    return p, toks, plain, drafter
+
+
+@pytest.fixture(scope="module")
+def spec_llm(sampled_pair):
+    from pydflash import api
+
+    p, _, _, drafter = sampled_pair
+    with api.load(p.target, drafter, config=_engine_config()) as llm:
+        yield llm
+
+
+@pytest.mark.parametrize("mode", ["match", "rejection"])
+@pytest.mark.parametrize("which", range(len(CONFIGS)), ids=["t0.7-topk4", "t1.0-topk8-topp0.8"])
+def test_first_three_tokens_follow_plain_sampling(sampled_pair, spec_llm, mode, which):
+    """Spec decoding (seeds disjoint from the plain run's, so the two samples are independent) against plain
+    sampling of the same target: the 3-token histograms agree."""
+    _, toks, plain, _ = sampled_pair
+    spec, drafted, accepted = _histogram(spec_llm, toks, CONFIGS[which], mode, seed0=0)
+    ok, msg = _chi_square_ok(plain[which], spec)
+    assert ok, (msg, plain[which].most_common(5), spec.most_common(5))
+    assert drafted > 0
+    if mode == "rejection":
+        assert accepted > 0  # the acceptance path ran, not only recovered tokens
+
+
+def test_temperature_to_zero_is_the_greedy_path(sampled_pair, spec_llm):
+    """temperature 0 ignores the mode (greedy chains on both contexts); a tiny temperature makes p and q
+    one-hot, so rejection sampling accepts exactly what greedy accepts and commits the same tokens."""
+    from pydflash.engine.request import Request
+
+    _, toks, _, _ = sampled_pair
+    assert Request(toks, sampling_mode="rejection").draft_sampling == ("greedy",)
+    assert not Request(toks, temperature=0.0).rejection
+    kw = dict(max_tokens=24, ignore_eos=True)
+    greedy = spec_llm.generate(toks, **kw)
+    zero = spec_llm.generate(toks, temperature=0.0, seed=3, sampling_mode="rejection", **kw)
+    cold = spec_llm.generate(toks, temperature=1e-3, seed=3, sampling_mode="rejection", **kw)
+    assert zero.tokens == greedy.tokens and cold.tokens == greedy.tokens
+    assert (cold.stats.n_drafted, cold.stats.n_accepted) == (greedy.stats.n_drafted, greedy.stats.n_accepted)
+
+
+def test_a_seed_reproduces_its_output(spec_llm, sampled_pair):
+    _, toks, _, _ = sampled_pair
+    kw = dict(max_tokens=16, ignore_eos=True, temperature=0.9, top_p=0.95, seed=11, sampling_mode="rejection")
+    assert spec_llm.generate(toks, **kw).tokens == spec_llm.generate(toks, **kw).tokens
+
+
+def test_a_bad_sampling_mode_is_refused():
+    from pydflash.engine.request import Request
+    from pydflash.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest, match="sampling_mode"):
+        Request("x", temperature=1.0, sampling_mode="typical")
+
+
+# --- the shipped Gemma pair -------------------------------------------------------------------------------
+
+
+@pytest.mark.real_model
+def test_shipped_pair_acceptance_in_both_modes(gemma_path):
+    """Temperature 0.7, the same prompts and seeds in both modes. Issue 15 expected rejection >= match here; on
+    this pair it is not so: the drafter is less confident than the target at 0.7 (mean max q 0.75 vs max p 0.86
+    at the first draft), so sum min(p, q) (0.46) is no more than p(argmax q) (0.47), and DFlash samples block
+    positions independently from their marginals, which makes later sampled drafts less coherent than the
+    argmax chain (docs/sampling.md has the numbers). What must hold: both modes accept, and rejection stays in
+    the same band as match."""
+    from pydflash import api
+    from pydflash.config import EngineConfig
+    from pydflash.defaults import SHIPPED_DRAFTER
+    from pydflash.engine.request import Request
+
+    prompts = [
+        'def is_prime(n):\n    """Return True if n is a prime number."""\n',
+        'def read_lines(path):\n    """Return the lines of a text file."""\n',
+        "import os\nimport sys\n\n\ndef main():\n",
+    ]
+    rate = {}
+    cfg = EngineConfig(n_slots=3, n_ctx_slot=256, adaptive=False, draft_max=4)
+    with api.load(gemma_path, SHIPPED_DRAFTER, cfg) as llm:
+        for mode in ("match", "rejection"):
+            res = llm.generate_many([Request(p, max_tokens=24, temperature=0.7, seed=1, sampling_mode=mode)
+                                     for p in prompts])
+            rate[mode] = sum(r.stats.n_accepted for r in res) / sum(r.stats.n_drafted for r in res)
+    assert rate["match"] > 0.1 and rate["rejection"] > 0.1, rate
+    assert rate["rejection"] >= 0.6 * rate["match"], rate
+
+
+# --- the CLI ----------------------------------------------------------------------------------------------
+
+
+def _cli(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "pydflash.cli.speculative", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_cli_temp_samples_and_reports_the_mode(tiny):
+    import json
+
+    p = tiny("llama")
+    base = ["-m", str(p.target), "-md", str(p.drafter), "-p", "the the the", "-n", "12", "--json", "-s", "5"]
+    outs = [json.loads(_cli(*base, "--temp", "0.8", "--top-k", "20", "--top-p", "0.9", *mode).stdout)
+            for mode in ([], ["--sampling-mode", "match"])]
+    assert [o["sampling_mode"] for o in outs] == ["rejection", "match"]
+    assert all(o["n_generated"] == 12 and o["n_drafted"] > 0 for o in outs)
+    greedy = json.loads(_cli(*base).stdout)
+    assert greedy["sampling_mode"] == "greedy"
+
+
+def test_cli_bad_sampling_mode_exits_2_with_one_line(tiny):
+    p = tiny("llama")
+    r = _cli("-m", str(p.target), "-p", "x", "--temp", "0.7", "--sampling-mode", "typical")
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--sampling-mode" in lines[0] and "Traceback" not in r.stderr

@@ -38,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", metavar="K", type=int, default=0, help="top-k sampling (0 = off)")
     p.add_argument("--top-p", metavar="P", type=float, default=1.0, help="top-p sampling (1 = off)")
     p.add_argument("-s", "--seed", type=int, default=None, help="sampling seed (default: a fresh one every run)")
+    p.add_argument("--sampling-mode", choices=("rejection", "match"), default="rejection",
+                   help="with --temp > 0: rejection sampling with the drafter's probabilities (default), or "
+                        "sample-and-match (drafts are the drafter's argmax, kept iff equal to the target's sample)")
     p.add_argument("--draft-max", metavar="K", type=int, default=None,
                    help="most drafts per step (default: trained block - 1); a fixed block with --no-draft-adaptive")
     # None = not given: adaptive, except under --spec-synth-len, whose forced acceptance assumes a fixed block.
@@ -91,7 +94,7 @@ def run(args) -> int:
         raise BadInput("-md needs -m: a drafter is paired with the target it was trained for")
     prompt = _read_prompt(args)
     sampling = dict(max_tokens=args.n_predict, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
-                    seed=args.seed)
+                    seed=args.seed, sampling_mode=args.sampling_mode)
     Request(prompt, **sampling)
     adaptive = args.draft_adaptive if args.draft_adaptive is not None else args.spec_synth_len is None
     cfg = EngineConfig(
@@ -111,7 +114,8 @@ def run(args) -> int:
     with _load(api, target, drafter, cfg, args.allow_scale_mismatch) as llm:
         if args.json:
             res = llm.generate(prompt, **sampling)
-            print(json.dumps(_json_report(res, name or str(target), adaptive), indent=None))
+            mode = args.sampling_mode if args.temp > 0 else "greedy"
+            print(json.dumps(_json_report(res, name or str(target), adaptive, mode), indent=None))
             return 0
         res = _stream_text(llm, prompt, sampling)
         _print_stats(res, name or str(target))
@@ -150,7 +154,7 @@ def _stream_text(llm, prompt: str, sampling: dict):
     return res
 
 
-def _json_report(res, model: str, adaptive: bool) -> dict:
+def _json_report(res, model: str, adaptive: bool, sampling_mode: str) -> dict:
     st = res.stats.as_dict()
     return {
         "model": model,
@@ -158,6 +162,7 @@ def _json_report(res, model: str, adaptive: bool) -> dict:
         "finish_reason": res.finish_reason,
         "synthetic": res.synthetic,
         "draft_adaptive": adaptive,
+        "sampling_mode": sampling_mode,
         "n_prompt": st["n_prompt"],
         "n_generated": st["n_generated"],
         "n_steps": st["n_steps"],

@@ -138,7 +138,8 @@ class Generation:
         if spec is not None:
             draft_max = 0 if not spec.enabled else spec.n_max
         kw = dict(max_tokens=self._max_tokens(body, len(tokens)), stop=list(body.stop), temperature=body.temperature, top_k=body.top_k or 0,
-                  top_p=body.top_p, seed=body.seed, draft_max=draft_max, ignore_eos=body.ignore_eos)
+                  top_p=body.top_p, seed=body.seed, sampling_mode=body.sampling_mode, draft_max=draft_max,
+                  ignore_eos=body.ignore_eos)
         if "cache_prompt" in Request.__dataclass_fields__:
             kw["cache_prompt"] = body.cache_prompt
         try:

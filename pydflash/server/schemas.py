@@ -141,6 +141,8 @@ class _Generation(_Body):
     top_k: Optional[TopK] = 0  # extension (llama-server, vLLM); 0 = off
     stop: Union[Text, Annotated[list[Text], Field(max_length=MAX_STOP)], None] = None  # after validation: list[str]
     seed: Optional[Int] = None  # accepted (clients send it by default); seeds the sampler when temperature > 0
+    # extension: how drafts are accepted when temperature > 0 (engine.request.Request); None: "rejection"
+    sampling_mode: Optional[Literal["rejection", "match"]] = None
     stream: Optional[bool] = False
     stream_options: Optional[StreamOptions] = None
     n: Optional[OnlyOne] = None
@@ -169,6 +171,8 @@ class _Generation(_Body):
             self.top_p = 1.0
         if self.top_k is None:
             self.top_k = 0
+        if self.sampling_mode is None:
+            self.sampling_mode = "rejection"
         if self.stream is None:
             self.stream = False
         if self.cache_prompt is None:
