@@ -45,9 +45,12 @@ def prob_of(row, token: int) -> Optional[float]:
 
 
 def dense(row, n_vocab: int) -> np.ndarray:
-    """A row as a [n_vocab] float64 vector (vocabulary-sized: only for the one rejected row of a step)."""
+    """A row as a [n_vocab] vector (vocabulary-sized: only for the one rejected row of a step). A row over the
+    whole vocabulary in id order is returned as it is (a view, no copy)."""
     ids, probs = row
-    out = np.zeros(n_vocab, dtype=np.float64)
+    if ids is None and len(probs) == n_vocab:
+        return probs
+    out = np.zeros(n_vocab, dtype=probs.dtype)
     if ids is None:
         out[: len(probs)] = probs
     else:
@@ -55,20 +58,26 @@ def dense(row, n_vocab: int) -> np.ndarray:
     return out
 
 
-def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """norm(max(0, p - q)): what a rejection commits from. p, q: [V]. Where p <= q everywhere (p == q up to
-    float noise), a rejection had probability ~0 and p itself is the right answer."""
+def residual_weights(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """max(0, p - q), unnormalised ([V]; ``sample`` normalises). Where p <= q everywhere (p == q up to float
+    noise) a rejection had probability ~0, and p itself is the right answer."""
     r = np.maximum(p - q, 0.0)
-    total = r.sum()
-    return r / total if total > 1e-12 else p / p.sum()
+    return r if r.any() else p
 
 
-def sample(probs: np.ndarray, u: float) -> int:
-    """Inverse-CDF sample of [V] probabilities with a uniform u in [0, 1); never a zero-probability index."""
-    cdf = np.cumsum(probs)
+def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """norm(max(0, p - q)): what a rejection commits from. p, q: [V]."""
+    r = residual_weights(p, q).astype(np.float64)
+    return r / r.sum()
+
+
+def sample(weights: np.ndarray, u: float) -> int:
+    """Inverse-CDF sample of [V] non-negative weights (normalised here, in float64) with a uniform u in [0, 1);
+    never a zero-weight index."""
+    cdf = np.cumsum(weights, dtype=np.float64)
     i = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
-    if i >= len(probs) or probs[i] <= 0:  # u * total rounded onto the last boundary
-        i = int(np.flatnonzero(probs > 0)[-1])
+    if i >= len(weights) or weights[i] <= 0:  # u * total rounded onto the last boundary
+        i = int(np.flatnonzero(weights > 0)[-1])
     return i
 
 
@@ -105,7 +114,7 @@ def speculative_commit(
             return m, list(drafts[:m]) + [picks[m]]
         if not accepts(p_x, q_x, rng.random()):
             p, q = rows(i)
-            return i, list(drafts[:i]) + [sample(residual(p, q), rng.random())]
+            return i, list(drafts[:i]) + [sample(residual_weights(p, q), rng.random())]
     return len(drafts), list(drafts) + [picks[len(drafts)]]
 
 
