@@ -56,7 +56,8 @@ def run(llm, temp: float, top_p: float, kw: dict, tokens: int, seed: int) -> dic
         "tok_s": gen / (wall - prefill),
         "accept": accepted / drafted if drafted else 0.0,
         "tau": gen / steps,
-        "per_step_ms": {k: 1000 * (a - b) / steps for k, a, b in zip(("draft", "verify", "commit", "host"), after, before)},
+        "per_step_ms": {k: 1000 * (a - b) / steps
+                        for k, a, b in zip(("draft", "verify", "commit", "host"), after, before)},
     }
 
 
