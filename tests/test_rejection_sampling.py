@@ -288,3 +288,19 @@ def test_cli_bad_sampling_mode_exits_2_with_one_line(tiny):
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "--sampling-mode" in lines[0] and "Traceback" not in r.stderr
+
+
+def test_server_body_sampling_mode_reaches_the_request():
+    """The server's extension field: validated by the schema (bad values are 400s, test_server_badinput) and
+    passed to the engine Request; absent means rejection."""
+    from pydflash.server.generate import Generation
+    from pydflash.server.schemas import ChatCompletionRequest, CompletionRequest
+
+    gen = Generation.__new__(Generation)  # _request reads only the body when it carries max_tokens
+    for mode in ("match", "rejection"):
+        body = CompletionRequest.model_validate(
+            {"prompt": "x", "max_tokens": 4, "temperature": 0.7, "seed": 3, "sampling_mode": mode})
+        req = gen._request([5, 6], body)
+        assert (req.sampling_mode, req.temperature, req.seed) == (mode, 0.7, 3)
+    chat = ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+    assert chat.sampling_mode == "rejection" and gen._request([5], chat).rejection  # OpenAI's default T is 1
