@@ -24,13 +24,12 @@ import pathlib
 import sys
 import traceback
 
-import gguf
-import numpy as np
-
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from pydflash import api  # noqa: E402
+from pydflash import api  # noqa: E402  (first: libllama must load before numpy, see pydflash/__init__.py)
+import gguf  # noqa: E402
+import numpy as np  # noqa: E402
 from pydflash.config import EngineConfig  # noqa: E402
 from pydflash.defaults import gemma_target  # noqa: E402
 from pydflash.engine.drafter import Drafter  # noqa: E402
