@@ -15,7 +15,8 @@ recovered token and ends the step; if all K drafts are accepted the bonus is a s
 sample at row K). Each committed token is then distributed exactly as p given the tokens before it.
 
 Rows are given as ``(ids, probs)`` pairs (``native.context.SampledRow``): ``probs[j]`` belongs to token
-``ids[j]``, or to token j when ``ids`` is None.
+``ids[j]``, or to token j when ``ids`` is None; None where llama.cpp's row did not hold together, and the block
+then finishes as sample-and-match (``speculative_commit``).
 """
 
 from __future__ import annotations
@@ -105,7 +106,9 @@ def speculative_commit(
     rng:     the request's own stream: one uniform per examined draft, one more on a rejection
 
     From a row that could not be read on, the block finishes as sample-and-match: a draft is kept iff it equals
-    the target's sample there, so the committed token is that sample whatever the draft: exact as well.
+    the target's sample there, so the committed token is that sample whatever the draft: exact as well. The
+    switch must be decided before that row's acceptance test: switching only after a rejection would commit p
+    on the rejected branch alone, and the row's marginal would no longer be p.
     """
     for i, x in enumerate(drafts):
         p_x, q_x = p_of(i), q_of(i)

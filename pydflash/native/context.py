@@ -264,8 +264,9 @@ class Context:
         llama.cpp already copied them to the host with the batch's outputs; a greedy chain has none.
 
         None for a row that does not hold together: ids outside the vocabulary, or the chain's own sample not
-        among them with a positive probability. Seen on CPU with top-k + top-p chains, where one row's
-        candidates held that row's filtered logits instead of ids; callers fall back to the sampled token."""
+        among them with a positive probability. Seen once on CPU with a top-k + top-p chain, where one row's
+        candidates held that row's filtered logits instead of ids (docs/sampling.md); callers fall back to the
+        sampled token."""
         ptr = self._ptr
         n = get_sampled_probs_count_ith(ptr, i)
         probs = get_sampled_probs_ith(ptr, i)
@@ -277,17 +278,21 @@ class Context:
         if not nc:
             return SampledRow(None, probs) if 0 <= tok < n and probs[tok] > 0 else self._bad_row(i)
         ids = np.ctypeslib.as_array(get_sampled_candidates_ith(ptr, i), shape=(nc,))
+        # checked here, before any acceptance test uses the row (a fallback decided after a rejection would bias
+        # the output; rejection.speculative_commit); O(n) only for top-p rows, which hold the whole vocabulary
         if nc != n or ids.min() < 0 or ids.max() >= self.n_vocab:
             return self._bad_row(i)
-        j = np.flatnonzero(ids == tok)
+        j = np.flatnonzero(ids[:256] == tok)  # the sample is nearly always near the front of a sorted row
+        if not len(j):
+            j = np.flatnonzero(ids == tok)
         return SampledRow(ids, probs) if len(j) and probs[j[0]] > 0 else self._bad_row(i)
 
     def _bad_row(self, i: int) -> None:
         self.n_bad_rows += 1
         if self.n_bad_rows == 1:
-            log.warning("%s: backend-sampled probabilities at batch index %d do not hold together (candidates "
-                        "outside the vocabulary or without the sampled token); falling back to the sample",
-                        self.model.path.name, i)
+            log.warning("%s: backend-sampled probabilities at batch index %d do not hold together (the sampled "
+                        "token is not among the candidates, or they leave the vocabulary); falling back to the "
+                        "sample", self.model.path.name, i)
         return None
 
     def logits(self, i: int) -> np.ndarray:
