@@ -56,6 +56,7 @@ class PromptCache:
         self.live_ckpts: list[list[Checkpoint]] = [[] for _ in range(n)]  # checkpoints of the running requests
         self.n_reused = 0  # prompt tokens not prefilled thanks to the cache, all requests
         self.fallbacks = 0  # cached prefixes found but not used (logged with the reason)
+        self.drafter_restarts = 0  # reuses past the cached features: the drafter's context started at the reuse point
 
     # --- admission ------------------------------------------------------------------------------------
     def pick_slot(self, tokens: list[int], free: list[int], cache_prompt: bool = True) -> int:
@@ -127,13 +128,11 @@ class PromptCache:
               quiet: bool = False) -> tuple[int, Optional[Checkpoint]]:
         """How many leading positions of ``src`` can be reused for a prompt sharing n_common of them, and the
         checkpoint to restore first (None: trim only)."""
+        # Positions past the snapshot's features (decoded while adaptive drafting had extraction paused) are
+        # reused too: the target KV is exact, and the drafter's context restarts at the reuse point, as after any
+        # pause (``_trim``). Re-prefilling them only to recover features would cost the whole prompt's time to
+        # first token for a drafter that was not paying.
         p = n_common
-        if self.dctx is not None:
-            usable = src.features.usable()
-            if usable < p:
-                if src.features.drafter_base > 0 and not quiet:
-                    self._fallback("the snapshot's drafter context restarted after a feature pause", p)
-                p = usable
         if p < self.cfg.block:
             # a shared BOS or so saves nothing, and prefilling the whole prompt keeps its batch shapes (and so
             # its float rounding) those of an uncached request
@@ -201,14 +200,19 @@ class PromptCache:
             if ckpt is not None:
                 state.state_seq_set(self.target, seq, ckpt.target, state.PARTIAL)
             self.target.seq_rm(seq, p)
-            if self.dctx is not None:
+            if self.dctx is not None and p <= f.usable():  # the drafter keeps its context up to p
                 if f.drafter_len > p:
                     self.dctx.seq_rm(seq, p)
                 slot.drafter_base = f.drafter_base
                 slot.drafter_len = min(f.drafter_len, p)
                 keep = f.positions < p
                 slot.pending = [FeatureRows(f.rows[keep], f.positions[keep])] if keep.any() else []
-                slot.feature_gap = False  # _plan keeps p within the featured positions
+                slot.feature_gap = False
+            elif self.dctx is not None:  # features stop before p: the drafter's context restarts at p
+                self.dctx.seq_rm(seq, 0)
+                slot.drafter_base = slot.drafter_len = p
+                slot.pending, slot.feature_gap = [], True
+                self.drafter_restarts += 1
         except PydflashError as exc:
             self._fallback(f"trimming failed ({exc})", p)
             self._reset(slot)
@@ -285,8 +289,6 @@ class PromptCache:
         """Copy a resident into RAM before its caches are cut to ``keep`` positions, if that loses enough."""
         if self.ram is None or res is None or res.n - keep < self.cfg.save_min_drop:
             return
-        if self.dctx is not None and res.features.usable() < self.cfg.block:
-            return  # nothing a restore could use with the drafter consistent
         try:
             self.ram.put(self._snapshot(seq, res))
         except PydflashError as exc:
@@ -352,7 +354,7 @@ class PromptCache:
         return self.resident[seq]
 
     def metrics(self) -> dict:
-        out = {"n_reused_tokens": self.n_reused, "fallbacks": self.fallbacks,
+        out = {"n_reused_tokens": self.n_reused, "fallbacks": self.fallbacks, "drafter_restarts": self.drafter_restarts,
                "resident_tokens": sum(r.n for r in self.resident if r is not None)}
         if self.ram is not None:
             out["ram"] = self.ram.metrics()

@@ -51,7 +51,10 @@ ITL = Histogram("pydflash_inter_token_latency_seconds", "Gap between successive 
 CACHE_REUSED = Counter("pydflash_prompt_cache_reused_tokens_total", "Prompt positions not prefilled thanks to the "
                        "prompt cache", ["model"])
 CACHE_FALLBACKS = Counter("pydflash_prompt_cache_fallbacks_total", "Cached prefixes found but re-prefilled (window, "
-                          "feature pause, refused state; logged with the reason)", ["model"])
+                          "refused state, size mismatch; logged with the reason)", ["model"])
+CACHE_DRAFTER_RESTARTS = Counter("pydflash_prompt_cache_drafter_restarts", "Reuses past the cached target features "
+                                 "(decoded while drafting was paused): the drafter context restarted at the reuse "
+                                 "point", ["model"])
 CACHE_HITS = Counter("pydflash_prompt_cache_ram_hits_total", "Admissions restored from the RAM cache", ["model"])
 CACHE_MISSES = Counter("pydflash_prompt_cache_ram_misses_total", "Admissions the RAM cache did not serve", ["model"])
 CACHE_EVICTIONS = Counter("pydflash_prompt_cache_ram_evictions_total", "RAM cache entries evicted under the cap",
@@ -95,7 +98,8 @@ class StepRecorder:
         self._ttft, self._itl = TTFT.labels(model), ITL.labels(model)
         self._shown = (-1, -1)
         SLOTS_TOTAL.labels(model).set(n_slots)
-        for counter in (CACHE_REUSED, CACHE_FALLBACKS, CACHE_HITS, CACHE_MISSES, CACHE_EVICTIONS):
+        for counter in (CACHE_REUSED, CACHE_FALLBACKS, CACHE_DRAFTER_RESTARTS, CACHE_HITS, CACHE_MISSES,
+                        CACHE_EVICTIONS):
             counter.labels(model)  # shown as 0 from the start, not only after the first event
 
     def on_step(self, engine, events) -> None:
@@ -140,6 +144,7 @@ class StepRecorder:
         m = self.model
         ram = pc.get("ram") or {}
         counts = {"reused": (CACHE_REUSED, pc["n_reused_tokens"]), "fallbacks": (CACHE_FALLBACKS, pc["fallbacks"]),
+                  "drafter_restarts": (CACHE_DRAFTER_RESTARTS, pc["drafter_restarts"]),
                   "hits": (CACHE_HITS, ram.get("hits", 0)), "misses": (CACHE_MISSES, ram.get("misses", 0)),
                   "evictions": (CACHE_EVICTIONS, ram.get("evictions", 0))}
         for key, (counter, total) in counts.items():
