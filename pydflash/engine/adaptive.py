@@ -6,8 +6,8 @@ the target accepts, so a step commits sum_i (1 + E_i(K_i)) tokens. The step's co
 feature extraction are paid once if anybody drafts. So the K are chosen together, for committed tokens per second
 of the whole step:
 
-    maximise  R(K_1..K_n) = (n + sum_i E_i(K_i)) / (V_on(n + sum_i K_i) + D(sum_{K_i > 0} (K_i + 1)))
-    against   R_plain     = n / V_off(n)
+    maximise  R(K_1..K_n) = (n + sum_i E_i(K_i)) / (V_on(n, n + sum_i K_i) + D(sum_{K_i > 0} (K_i + 1)))
+    against   R_plain     = n / V_off(n, n)
 
 R is a ratio, maximised Dinkelbach-style: at a trial rate lam every slot takes, on its own, the K that maximises
 E_i(K) - lam * (c_v K + c_d (K + 1)), where c_v and c_d are the cost curves' per-token chords around the current
@@ -27,8 +27,8 @@ final comparison: drafting must beat R_plain by MARGIN, or nobody drafts this st
 - Target features are extracted only when needed: in drafting steps and in the FEATURE_LEAD steps before a probe.
   The drafter's context then restarts from those features (see ``Slot``), at no extra target work.
 - Calibration: the first decode steps measure a plain step and every slot drafting 2; one slot's whole block is
-  measured once the drafts look good enough for it to matter (``_calibration``). Steps carrying a prompt chunk are not measured, so calibration lasts until
-  enough pure decode steps were seen.
+  measured once the drafts look good enough for it to matter (``_calibration``). Steps carrying a prompt chunk
+  are not measured, so calibration lasts until enough pure decode steps were seen.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ DECAY = 0.97  # per observation: old acceptance evidence fades
 PRIOR_WEIGHT = 4.0  # engine counts count as this many drafting steps of a slot's own evidence
 MARGIN = 0.03  # drafting must promise this much over plain decoding: the estimates are noisy, a loss is not
 ROUNDS = 3
-REPLAN_EVERY = 4  # steps a drafting decision is kept while the same slots run (a decision at 16 slots ~0.3 ms)
+REPLAN_EVERY = 4  # steps a drafting decision is kept while the same slots run (a decision at 16 slots ~0.15 ms)
 REFRESH_PLAIN = 128  # while drafting, one plain step (features kept) in this many keeps the plain cost current
 MIN_BACKOFF = 4
 MAX_BACKOFF = 256

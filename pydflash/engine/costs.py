@@ -6,9 +6,8 @@ slot drafts, one drafter forward over the draft blocks (each drafting slot's anc
     t(step) = V_f(n, n + sum K) + D(sum over drafting slots of (K + 1))
 
 - V_f(n, x): seconds of the target forward and everything the host does around it, over x verify tokens of n
-  running slots, with
-  feature extraction on or off (f): extraction copies every feature layer's rows to the host (+10% of a plain
-  step at 8 slots on an H200, docs/step_costs_gpu.json).
+  running slots, with feature extraction on or off (f): extraction copies every feature layer's rows to the host
+  (+10% of a plain step at 8 slots on an H200, docs/step_costs_gpu.json).
 - D(x): seconds of the drafter forward (feature injection included) over x block tokens; 0 when nobody drafts.
 
 Neither is linear: on an H200 a verify row is 0.14 ms from 8 to 16 tokens and 0.03 ms from 40 to 128 (the
@@ -42,12 +41,12 @@ def bucket(x: int) -> int:
 
 @dataclass
 class Curve:
-    """seconds(x): per bucket, an EMA of x and of the seconds observed there."""
+    """seconds(x): per bucket, the mean x and a robust mean of the seconds observed there (see the module)."""
 
     drop_first: bool = True  # the first step of each shape may be a graph allocation (GPU backends)
     points: dict[int, list[float]] = field(default_factory=dict)  # bucket -> [mean x, seconds, samples]
     seen: set[int] = field(default_factory=set)
-    _xs: list[float] = field(default_factory=list)  # sorted by x, rebuilt when a bucket appears
+    _xs: list[float] = field(default_factory=list)  # the points in x order, rebuilt after each observation
     _ts: list[float] = field(default_factory=list)
 
     def observe(self, x: int, seconds: float) -> None:
