@@ -120,12 +120,12 @@ class DraftPolicy:
         if not any(maxes):
             return Plan(zeros, False)
         c = self.costs
-        calibration = self._calibration(slots, maxes)
-        if calibration is not None:
-            return calibration
         if self.pause > 1:
             self.pause -= 1
             return Plan(zeros, self.pause <= FEATURE_LEAD)
+        calibration = self._calibration(slots, maxes)
+        if calibration is not None:
+            return calibration
         key = tuple(id(pol) for pol, _ in slots), tuple(maxes)
         self._drafting_steps += 1
         if self._drafting_steps % REFRESH_PLAIN == 0:  # while drafting, plain costs are never measured otherwise

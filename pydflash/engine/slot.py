@@ -51,7 +51,12 @@ class Slot:
 
     @property
     def n_pending(self) -> int:
-        return sum(len(p.positions) for p in self.pending)
+        # pending rows are contiguous from drafter_len (add_features checks each part's start), so the last part's
+        # end gives the count without a pass over every part (this runs for every slot in every step)
+        for p in reversed(self.pending):
+            if len(p.positions):
+                return int(p.positions[-1]) + 1 - self.drafter_len
+        return 0
 
     @property
     def n_featured(self) -> int:
