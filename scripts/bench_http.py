@@ -130,7 +130,9 @@ def server_args(cond: Condition, a: argparse.Namespace, target: str, drafters: d
     ngl = "all" if a.ngl < 0 else str(a.ngl)  # native -1 means "auto" (fit to memory), not "all"
     if cond.drafter:
         md += ["-ngld", ngl, "--spec-draft-n-max", str(a.native_draft_max)]
-    return ["-m", target, *md, "-np", str(slots), "-c", str(a.ctx * slots), "-t", str(a.threads), "-ngl", ngl,
+    # -kvu: one KV pool for all slots, as pydflash has. Without it the H200 run of 2026-12-01 decoded 4-8-slot
+    # batches on slot ids 8-15 at 14-22 ms per token against 2-3 ms on ids 0-7 (docs/benchmarks.md)
+    return ["-m", target, *md, "-np", str(slots), "-c", str(a.ctx * slots), "-kvu", "-t", str(a.threads), "-ngl", ngl,
             *cond.args]
 
 

@@ -19,6 +19,7 @@
 #                     pydflash-server through HTTP; extra args pick conditions (--only ...) so that each call fits
 #   remote.sh adapt   in-process scripts/bench.py, plain against adaptive drafting (useless and shipped drafter) at
 #                     1, 8 and 16 slots, with the per-step split (draft / verify / commit / host: the host profile)
+#   remote.sh hooks   scripts/bench_hooks.py on the Gemma pair: a drafter's cost while not drafting, 1/8/16 slots
 #   remote.sh cache   scripts/bench_cache.py: a 6-turn chat with a ~1,000-token system prompt, cache on / off
 # Results go to $OUT; each of costs/bench/long/eval fits one 10-minute call.
 set -euo pipefail
@@ -103,6 +104,12 @@ adapt)
     for c in 1 8 16; do
         $BENCH --slots $c --rounds 3 --tokens 256 --reduced-head 0 --out $OUT/bench_gpu_adaptive_c$c.md \
             --only "synthetic L=8;adaptive, random drafter;trained drafter;trained drafter, adaptive"
+    done ;;
+hooks)
+    use_build
+    for c in 1 8 16; do
+        python3 scripts/bench_hooks.py --model gemma --ngl -1 --threads 8 --slots $c --rounds 5 --tokens 256 \
+            --out $OUT/bench_hooks_gpu_c$c.md
     done ;;
 cache)  # remote.sh cache [bench_cache.py args...]
     use_build
