@@ -9,6 +9,7 @@ import pytest
 from pydflash.cache import CacheConfig
 from pydflash.config import EngineConfig
 from pydflash.engine.engine import Engine
+from pydflash.engine.request import Request
 from pydflash.native import Context, ContextParams, Model, TokenBatch, state
 from pydflash.pair import load_pair
 
@@ -101,5 +102,27 @@ def test_chat_past_the_window_restored_from_ram(gemma3, checkpoints):
     else:
         assert all(n <= 1 for n in later), got  # only the shared BOS
         assert on.prompt_cache.fallbacks == 4, got  # refused: the window no longer holds the trim point
+    on.close()
+    off.close()
+
+
+def test_no_checkpoints_for_a_sequence_that_cannot_outgrow_the_window(gemma3):
+    """Prompt + max_tokens within the window: every snapshot keeps all SWA cells, so checkpoints (costly GPU state
+    reads) are skipped; one that can run past the window still takes them at the prompt's end and every N."""
+    on, off = engines(gemma3, checkpoint_every=16, save_min_drop=8, block=16)
+    cache = on.prompt_cache
+    short = [2] + list(range(10, 40))  # 31 prompt + 24 generated positions stay within the 64-token window
+    on.submit(Request(short, max_tokens=24, ignore_eos=True))
+    seen = 0
+    while on.has_work:
+        on.step()
+        seen = max(seen, len(cache.live_ckpts[0]))
+    assert seen == 0
+    long = [2] + list(range(10, 60))
+    on.submit(Request(long, max_tokens=40, ignore_eos=True))
+    while on.has_work:
+        on.step()
+        seen = max(seen, len(cache.live_ckpts[0]))
+    assert seen >= 2
     on.close()
     off.close()

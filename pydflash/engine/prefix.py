@@ -311,6 +311,11 @@ class PromptCache:
             return
         if not slot.request.cache_prompt or slot.n_past == 0:
             return
+        if len(slot.prompt) + slot.request.max_tokens <= self.n_swa:
+            # the sequence can never outgrow the window, so every snapshot of it keeps all its SWA cells and serves
+            # any prefix without one. Skipping matters on a GPU: a PARTIAL state read of one sequence among 16
+            # interleaved ones is thousands of small device-to-host copies (~70 ms on an H200, docs/benchmarks.md)
+            return
         seq, n = slot.seq, slot.n_past
         data = state.state_seq_get(self.target, seq, state.PARTIAL)
         ck = self.live_ckpts[seq]
