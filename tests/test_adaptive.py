@@ -51,27 +51,41 @@ CPU = Machine({1: 24e-3, 16: 160e-3, 64: 600e-3}, {2: 30e-3, 16: 100e-3, 64: 380
 CPU_BIG_TARGET = Machine({1: 10e-3, 16: 70e-3, 64: 250e-3}, {2: 3e-3, 16: 4e-3, 64: 8e-3}, per_seq=0.5e-3, feat=0.02)
 
 
-def run(machine: Machine, p_accept: list[float], steps: int = 2000, seed: int = 0, draft_max: int = 15):
+def simulate(machine: Machine, p_accept: list[float], steps: int, seed: int = 0, draft_max: int = 15,
+             warm_up: bool = False, stall=None):
     """Run the policy closed-loop on n = len(p_accept) slots whose drafts are each accepted with conditional
-    probability p; returns (committed tokens per second, fraction of steps that drafted). The first step of each
-    batch shape costs 100x (graph allocation): the policy sees it, the rate leaves it out (a one-off per process)."""
+    probability p. Yields (step, policy, plan, accepted per slot, step seconds) after each step is observed.
+
+    warm_up: the first step of each batch shape costs 100x (graph allocation); the policy sees it, the yielded
+    seconds leave it out (a one-off per process). stall(): a factor on what the policy sees of each step."""
     rng = random.Random(seed)
     policy = adaptive.DraftPolicy()
     slots = [adaptive.SlotPolicy() for _ in p_accept]
-    tokens = seconds = drafting = 0.0
-    for _ in range(steps):
+    n = len(slots)
+    for i in range(steps):
         plan = policy.plan([(s, draft_max) for s in slots])
         t_verify, t_draft = machine.step(plan.drafts, plan.features)
-        warm = 100.0 if _first_of_shape(policy, plan) else 1.0  # a new batch shape allocates its graph
-        policy.costs.observe(len(slots), len(slots) + sum(plan.drafts), plan.features, t_verify * warm,
-                             sum(k + 1 for k in plan.drafts if k), t_draft * warm)
+        seen = 100.0 if warm_up and _first_of_shape(policy, plan) else 1.0  # a new batch shape allocates its graph
+        if stall is not None:
+            seen *= stall()
+        policy.costs.observe(n, n + sum(plan.drafts), plan.features, t_verify * seen,
+                             sum(k + 1 for k in plan.drafts if k), t_draft * seen)
+        accepted = []
         for s, k, p in zip(slots, plan.drafts, p_accept):
             m = 0
             while m < k and rng.random() < p:
                 m += 1
             policy.observe(s, k, m)
-            tokens += 1 + m
-        seconds += t_verify + t_draft
+            accepted.append(m)
+        yield i, policy, plan, accepted, t_verify + t_draft
+
+
+def run(machine: Machine, p_accept: list[float], steps: int = 2000, seed: int = 0):
+    """(committed tokens per second, fraction of steps that drafted), graph warm-up steps included."""
+    tokens = seconds = drafting = 0.0
+    for _, _, plan, accepted, t in simulate(machine, p_accept, steps, seed, warm_up=True):
+        tokens += len(accepted) + sum(accepted)
+        seconds += t
         drafting += any(plan.drafts)
     return tokens / seconds, drafting / steps
 
@@ -114,18 +128,8 @@ def test_curve_shrugs_off_stalls():
 def test_useless_drafter_on_a_stalling_cpu_stays_paused():
     """One step in 20 stalls 5x (a loaded machine): drafting must not start to look cheap."""
     rng = random.Random(7)
-    policy = adaptive.DraftPolicy()
-    slots = [adaptive.SlotPolicy() for _ in range(2)]
-    drafting = 0
-    for _ in range(2000):
-        plan = policy.plan([(s, 15) for s in slots])
-        t_verify, t_draft = CPU.step(plan.drafts, plan.features)
-        stall = 5.0 if rng.random() < 0.05 else 1.0
-        policy.costs.observe(2, 2 + sum(plan.drafts), plan.features, t_verify * stall,
-                             sum(k + 1 for k in plan.drafts if k), t_draft * stall)
-        for s, k in zip(slots, plan.drafts):
-            policy.observe(s, k, 0)
-        drafting += any(plan.drafts)
+    stall = lambda: 5.0 if rng.random() < 0.05 else 1.0  # noqa: E731
+    drafting = sum(any(plan.drafts) for _, _, plan, _, _ in simulate(CPU, [0.0, 0.0], 2000, stall=stall))
     assert drafting < 0.03 * 2000
 
 
@@ -203,21 +207,9 @@ def test_modest_drafter_at_one_slot_on_gpu_drafts():
 def test_good_slots_draft_while_useless_ones_sit_out():
     """Two repetitive streams (p 0.95) among six that never hit, 8 slots on the GPU: the good ones draft, the others
     mostly do not, and the whole step beats plain decoding."""
-    policy = adaptive.DraftPolicy()
-    slots = [adaptive.SlotPolicy() for _ in range(8)]
-    ps = [0.95, 0.95] + [0.0] * 6
-    rng = random.Random(3)
     drafted = [0] * 8
-    for step in range(1500):
-        plan = policy.plan([(s, 15) for s in slots])
-        t_verify, t_draft = GPU.step(plan.drafts, plan.features)
-        policy.costs.observe(8, 8 + sum(plan.drafts), plan.features, t_verify, sum(k + 1 for k in plan.drafts if k),
-                             t_draft)
-        for i, (s, k, p) in enumerate(zip(slots, plan.drafts, ps)):
-            m = 0
-            while m < k and rng.random() < p:
-                m += 1
-            policy.observe(s, k, m)
+    for step, _, plan, _, _ in simulate(GPU, [0.95, 0.95] + [0.0] * 6, 1500, seed=3):
+        for i, k in enumerate(plan.drafts):
             drafted[i] += step >= 500 and k > 0
     assert min(drafted[:2]) > 800
     assert max(drafted[2:]) < 100
@@ -225,20 +217,7 @@ def test_good_slots_draft_while_useless_ones_sit_out():
 
 def test_cpu_costs_shrink_the_block():
     """Steep verify costs with a good drafter (p 0.85): it drafts with a small K (the best is 3-4 here)."""
-    policy = adaptive.DraftPolicy()
-    slot = adaptive.SlotPolicy()
-    rng = random.Random(5)
-    ks = []
-    for _ in range(600):
-        plan = policy.plan([(slot, 15)])
-        t_verify, t_draft = CPU_BIG_TARGET.step(plan.drafts, plan.features)
-        policy.costs.observe(1, 1 + plan.drafts[0], plan.features, t_verify, plan.drafts[0] + 1 if plan.drafts[0] else 0,
-                             t_draft)
-        m = 0
-        while m < plan.drafts[0] and rng.random() < 0.85:
-            m += 1
-        policy.observe(slot, plan.drafts[0], m)
-        ks.append(plan.drafts[0])
+    ks = [plan.drafts[0] for _, _, plan, _, _ in simulate(CPU_BIG_TARGET, [0.85], 600, seed=5)]
     late = ks[300:]
     assert sum(k > 0 for k in late) > 250 and 2 <= sorted(late)[len(late) // 2] <= 6
 
@@ -246,16 +225,8 @@ def test_cpu_costs_shrink_the_block():
 def test_pauses_are_shared_and_grow():
     """A useless drafter on 4 slots: pauses double up to MAX_BACKOFF, and every probe drafts on all slots at
     once (one probe step per pause, whatever the concurrency)."""
-    policy = adaptive.DraftPolicy()
-    slots = [adaptive.SlotPolicy() for _ in range(4)]
     pauses, probe_widths = [], []
-    for _ in range(3000):
-        plan = policy.plan([(s, 15) for s in slots])
-        t_verify, t_draft = GPU.step(plan.drafts, plan.features)
-        policy.costs.observe(4, 4 + sum(plan.drafts), plan.features, t_verify, sum(k + 1 for k in plan.drafts if k),
-                             t_draft)
-        for s, k in zip(slots, plan.drafts):
-            policy.observe(s, k, 0)
+    for _, policy, plan, _, _ in simulate(GPU, [0.0] * 4, 3000):
         if any(plan.drafts):
             probe_widths.append(sum(k > 0 for k in plan.drafts))
         if policy.pause and (not pauses or policy.pause > pauses[-1]):
