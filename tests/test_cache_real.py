@@ -45,13 +45,7 @@ def engine(pair, cache, n_slots=1):
 
 
 def run(eng, reqs):
-    for r in reqs:
-        eng.submit(r)
-    out = {}
-    while eng.has_work:
-        for ev in eng.step():
-            if ev.finished:
-                out[ev.request_id] = ev.result
+    out = eng.run(reqs)
     return [out[r.id] for r in reqs]
 
 
