@@ -31,7 +31,8 @@ import time
 import httpx
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from bench_server import LLAMA_CPP_COMMIT, Server, StreamError, fmt, machine, tree_commit  # noqa: E402
+from bench_server import (  # noqa: E402  (scripts/ is not a package)
+    DONE, LLAMA_CPP_COMMIT, Server, StreamError, fmt, machine, sse_event, tree_commit)
 
 TURNS = [
     "Hi! Can you summarise your main rules in one sentence?",
@@ -94,14 +95,11 @@ def chat_turn(client: httpx.Client, messages: list[dict], max_tokens: int, cache
         if r.status_code != 200:
             raise StreamError(f"HTTP {r.status_code}: {r.read()[:500]!r}")
         for line in r.iter_lines():
-            if not line.startswith("data:"):
+            obj = sse_event(line)
+            if obj is None:
                 continue
-            data = line[5:].strip()
-            if data == "[DONE]":
+            if obj is DONE:
                 break
-            obj = json.loads(data)
-            if "error" in obj:
-                raise StreamError(f"error event: {obj['error']}")
             for ch in obj.get("choices") or []:
                 delta = ch.get("delta") or {}
                 if ttft is None and (delta.get("content") or ch.get("tokens")):

@@ -124,6 +124,23 @@ class StreamError(Exception):
     pass
 
 
+DONE = object()  # what sse_event returns for ``data: [DONE]``
+
+
+def sse_event(line: str):
+    """One SSE line of an OpenAI stream: None (not a data line), DONE, or the frame's JSON object; an error event
+    raises StreamError."""
+    if not line.startswith("data:"):
+        return None
+    data = line[5:].strip()
+    if data == "[DONE]":
+        return DONE
+    obj = json.loads(data)
+    if "error" in obj:
+        raise StreamError(f"error event: {obj['error']}")
+    return obj
+
+
 async def stream_completion(client: httpx.AsyncClient, body: dict, on_frame=None, stop: asyncio.Event | None = None):
     """POST a streamed completion; returns send time, text-frame times, end time, usage and timings.
 
@@ -137,14 +154,11 @@ async def stream_completion(client: httpx.AsyncClient, body: dict, on_frame=None
         if r.status_code != 200:
             raise StreamError(f"HTTP {r.status_code}: {(await r.aread())[:500]!r}")
         async for line in r.aiter_lines():
-            if not line.startswith("data:"):
+            obj = sse_event(line)
+            if obj is None:
                 continue
-            data = line[5:].strip()
-            if data == "[DONE]":
+            if obj is DONE:
                 break
-            obj = json.loads(data)
-            if "error" in obj:
-                raise StreamError(f"error event: {obj['error']}")
             now = time.perf_counter()
             choices = obj.get("choices") or []
             if choices and choices[0].get("text"):
