@@ -14,6 +14,7 @@ graph outputs once enabled (toggling them must not change the graph's allocation
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import pathlib
 import statistics
 import time
@@ -30,7 +31,7 @@ MODES = ("plain", "paused", "features on")
 def engines(target, drafter, cfg: EngineConfig) -> dict:
     out = {"plain": api.load(target, None, cfg)}
     for mode in MODES[1:]:
-        llm = api.load(target, drafter, EngineConfig(**{**cfg.__dict__, "adaptive": True}))
+        llm = api.load(target, drafter, dataclasses.replace(cfg, adaptive=True))
         policy = llm.engine.drafting
         policy.calibrated, policy.pause, policy.backoff = 2, 10**9, 256  # never drafts, never probes
         if mode == "features on":
@@ -72,8 +73,8 @@ def main(argv=None) -> None:
     llms = engines(pair.target, pair.drafter, cfg)
     for llm in llms.values():
         run(llm, args.slots, 16)  # warm-up: graph allocation at these shapes
-    rows = {m: [run(llms[m], args.slots, args.tokens) for _ in range(1)] for m in MODES}
-    for _ in range(args.rounds - 1):
+    rows = {m: [] for m in MODES}
+    for _ in range(args.rounds):
         for m in MODES:
             rows[m].append(run(llms[m], args.slots, args.tokens))
     plain = statistics.median(r[0] for r in rows["plain"])
