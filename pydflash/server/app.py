@@ -190,7 +190,5 @@ def _relayed(resp: httpx.Response) -> dict:
 def _worker_gone(w, exc: Exception) -> ModelUnavailable:
     # the worker's own last words (a native assert, an engine failure) go to its stderr, which only the router
     # holds: say them here too, since a client or benchmark may stop the server before the respawn logs them
-    status = w.proc.poll() if w.proc is not None else None
-    log.error("lost the worker of model %s: %s (worker exit status %s; last words: %s)", log_safe(w.preset.name),
-              exc, status, log_safe(w._last_error()) if status is not None else "still running")
+    log.error("lost the worker of model %s: %s (worker %s)", log_safe(w.preset.name), exc, log_safe(w.exit_report()))
     return ModelUnavailable(f"the worker serving {w.preset.name!r} failed; retry shortly")

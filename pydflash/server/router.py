@@ -78,7 +78,7 @@ class Worker:
         deadline = time.monotonic() + LOAD_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                self.error = self._last_error() or f"worker exited with status {self.proc.returncode}"
+                self.error = self.last_error() or f"worker exited with status {self.proc.returncode}"
                 raise ModelUnavailable(f"model {self.preset.name!r} failed to load: {self.error}", retry_after=10)
             if self.sock.exists():
                 with contextlib.suppress(httpx.TransportError):
@@ -91,11 +91,18 @@ class Worker:
         await self.stop()
         raise ModelUnavailable(f"model {self.preset.name!r} did not load within {LOAD_TIMEOUT_S:.0f} s")
 
-    def _last_error(self) -> str:
+    def last_error(self) -> str:
         self._stderr.seek(0)
         lines = [ln for ln in self._stderr.read().decode("utf-8", "replace").splitlines() if ln.strip()]
         marked = [ln.split("LOAD-ERROR: ", 1)[1] for ln in lines if "LOAD-ERROR: " in ln]
         return (marked or lines or [""])[-1][:500]
+
+    def exit_report(self) -> str:
+        """For logs: the process's exit status and its last stderr line, or that it still runs."""
+        status = self.proc.poll() if self.proc is not None else None
+        if status is None:
+            return "still running"
+        return f"status {status}; last words: {self.last_error()}"
 
     @property
     def alive(self) -> bool:
@@ -235,8 +242,7 @@ class Router:
                     asyncio.ensure_future(self._respawn(key, w))
 
     async def _respawn(self, key: str, w: Worker) -> None:
-        log.error("worker for model %s died (status %s; last words: %s); respawning", log_safe(key),
-                  w.proc.returncode, log_safe(w._last_error()))
+        log.error("worker for model %s died (%s); respawning", log_safe(key), log_safe(w.exit_report()))
         RESTARTS.labels(key).inc()
         RESIDENT.dec()
         process_dead(w.proc.pid)
