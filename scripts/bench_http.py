@@ -333,6 +333,11 @@ def extra_cell(lvl: dict | None) -> str:
     return ", ".join(parts)
 
 
+def table_head(levels: list[int]) -> list[str]:
+    """The header rows of a table with one column per concurrency level."""
+    return ["| condition | " + " | ".join(f"c{c}" for c in levels) + " |", "|---|" + "---|" * len(levels)]
+
+
 def markdown(report: dict) -> str:
     p, m = report["params"], report["machine"]
     levels = p["clients"]
@@ -353,8 +358,7 @@ def markdown(report: dict) -> str:
         "tok/s (completion tokens over the round's wall time): median [min-max] over rounds, and the ratio of "
         "medians to native plain `-bs` at the same concurrency.",
         "",
-        "| condition | " + " | ".join(f"c{c}" for c in levels) + " |",
-        "|---|" + "---|" * len(levels),
+        *table_head(levels),
     ]
     for n in names:
         cond = report["conditions"][n]
@@ -365,8 +369,7 @@ def markdown(report: dict) -> str:
         "TTFT p50 (median over rounds), and where the server drafts: accepted / drafted (acc) and tau, the "
         "committed tokens per target forward of a slot, bonus token included (completion / (completion - accepted)).",
         "",
-        "| condition | " + " | ".join(f"c{c}" for c in levels) + " |",
-        "|---|" + "---|" * len(levels),
+        *table_head(levels),
     ]
     for n in names:
         lv = report["conditions"][n].get("levels", {})

@@ -123,8 +123,8 @@ class StepCosts:
     # (one slot's whole block ~10 plain steps): the engine keeps their first samples (drop_first=False).
     drop_first: bool = True
     verify_by_n: dict = field(default_factory=dict)  # (features, n) -> Curve over x
-    verify_any: dict = field(default_factory=dict)  # features -> Curve over x
-    draft: Curve = None
+    verify_any: dict = field(init=False)  # features -> Curve over x
+    draft: Curve = field(init=False)
 
     def __post_init__(self):
         self.verify_any = {True: Curve(self.drop_first), False: Curve(self.drop_first)}
