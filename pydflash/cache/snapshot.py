@@ -29,10 +29,11 @@ class Features:
         return self.drafter_len + len(self.positions)
 
     def usable(self) -> int:
-        """How many leading positions have features in the drafter or pending: a restore may reuse no more.
+        """How many leading positions have features in the drafter or pending: a reuse up to here keeps the
+        drafter's context; past it the drafter restarts at the reuse point (engine/prefix.py ``_trim``).
 
         After a pause the drafter context restarted at drafter_base > 0: the features of [0, drafter_base) are
-        gone, so nothing is reusable with the drafter consistent (the caller re-prefills both)."""
+        gone, so no prefix keeps the drafter's context."""
         return 0 if self.drafter_base > 0 else self.n_featured
 
     @property

@@ -9,9 +9,10 @@ Three paths, all keeping the target and the drafter consistent (DFLASH_NOTES §3
   sequence that ran past the window cannot simply be trimmed back: the nearest checkpoint at or before p is
   restored instead (partial state), or the request re-prefills.
 
-The reuse point p is at most len(prompt) - 1 (the last prompt token is the first anchor and never prefilled), at
-most the positions whose features the drafter holds or has pending, and 0 (a full re-prefill of both) when the
-snapshot's drafter context restarted after an adaptive-drafting pause. Every fallback is logged with its reason.
+The reuse point p is at most len(prompt) - 1 (the last prompt token is the first anchor and never prefilled). Past
+the positions whose features the drafter holds or has pending (decoded while adaptive drafting had extraction
+paused, or before its context restarted after a pause), the target's KV is still reused and the drafter's context
+restarts at p, as after any pause. Every fallback is logged with its reason.
 """
 
 from __future__ import annotations
