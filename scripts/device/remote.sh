@@ -21,6 +21,8 @@
 #                     1, 8 and 16 slots, with the per-step split (draft / verify / commit / host: the host profile)
 #   remote.sh hooks   scripts/bench_hooks.py on the Gemma pair: a drafter's cost while not drafting, 1/8/16 slots
 #   remote.sh cache   scripts/bench_cache.py: a 6-turn chat with a ~1,000-token system prompt, cache on / off
+#   remote.sh sampling  scripts/bench_sampling.py (issue 15): rejection against sample-and-match at T 0.7 / 1.0,
+#                     without and with top-p 0.9
 # Results go to $OUT; each of costs/bench/long/eval fits one 10-minute call.
 set -euo pipefail
 # Other work in progress in the local tree travels with every call; .device-bench/head.tgz (carried, made just
@@ -111,6 +113,10 @@ hooks)
         python3 scripts/bench_hooks.py --model gemma --ngl -1 --threads 8 --slots $c --rounds 5 --tokens 256 \
             --out $OUT/bench_hooks_gpu_c$c.md
     done ;;
+sampling)
+    use_build
+    python3 scripts/bench_sampling.py --ngl -1 --rounds 3 --tokens 128 --out $OUT/sampling_gpu.json
+    python3 scripts/bench_sampling.py --ngl -1 --rounds 3 --tokens 128 --top-p 0.9 --out $OUT/sampling_gpu_top_p.json ;;
 cache)  # remote.sh cache [bench_cache.py args...]
     use_build
     python3 scripts/bench_cache.py --start "-ngl -1 -t 8" --out $OUT/cache_gpu.json "${@:2}" ;;
