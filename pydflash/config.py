@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from .rpc import parse_endpoints
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -13,7 +15,11 @@ class EngineConfig:
     n_batch: int = 512  # prefill chunk
     n_ubatch: int = 512
     n_threads: int = 0  # 0 = llama.cpp default
-    n_gpu_layers: int = 0
+    n_gpu_layers: int = 0  # layers offloaded to the local GPUs and the RPC servers together (-1 = all)
+    # llama.cpp RPC servers ("host:port") that take the target's offloaded layers with the local GPUs (the drafter
+    # stays local); unauthenticated, so private addresses only unless rpc_allow_public (pydflash/rpc.py)
+    rpc: tuple[str, ...] = ()
+    rpc_allow_public: bool = False
     # Drafts per step: None = the drafter's trained block size - 1; 0 = plain decoding through the same engine.
     draft_max: Optional[int] = None
     # Shrink drafting (down to none) while the measured acceptance does not pay for the draft.
@@ -37,3 +43,10 @@ class EngineConfig:
             raise ValueError("draft_max must be >= 0")
         if self.synth_len is not None and self.synth_len < 1.0:
             raise ValueError("synth_len must be >= 1 (it counts the bonus token)")
+        if not isinstance(self.rpc_allow_public, bool):
+            raise ValueError("rpc_allow_public must be true or false")
+        # a list, or "a:1,b:2" as llama.cpp's --rpc takes it; syntax here, and the policy on numeric hosts
+        rpc = parse_endpoints(self.rpc, self.rpc_allow_public) if isinstance(self.rpc, str) or self.rpc else ()
+        object.__setattr__(self, "rpc", tuple(str(e) for e in rpc))
+        if self.rpc and self.n_gpu_layers == 0:
+            raise ValueError("rpc: with n_gpu_layers = 0 no layer goes to the RPC servers; set n_gpu_layers (-1 = all)")

@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 import pathlib
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 from .compat import inherit, pairing
 from .compat.gguf_meta import read_metadata
 from .native import Model, ModelParams
+from .rpc import resolve_all
 
 log = logging.getLogger(__name__)
 PathLike = Union[str, pathlib.Path]
@@ -37,12 +38,22 @@ def load_pair(
     n_gpu_layers: int = 0,
     allow_scale_mismatch: bool = False,
     target_kv_overrides: Optional[dict] = None,
+    rpc: Sequence[str] = (),
+    rpc_allow_public: bool = False,
 ) -> Pair:
     """Load the target, then the drafter with the target's Gemma transforms supplied where it lacks them.
 
-    Raises ModelLoadError for unreadable files and IncompatibleDrafter for a drafter that does not fit.
+    rpc: llama.cpp RPC servers ("host:port") that take the target's offloaded layers (n_gpu_layers of them, split
+    with the local GPUs); the drafter stays local. Private addresses only unless rpc_allow_public (pydflash.rpc).
+
+    Raises ModelLoadError for unreadable files (RpcUnreachable for an RPC server that does not answer),
+    RpcEndpointError for an endpoint refused by the address policy, and IncompatibleDrafter for a drafter that
+    does not fit.
     """
-    tgt = Model(target, ModelParams(n_gpu_layers=n_gpu_layers, kv_overrides=target_kv_overrides or {}))
+    servers = resolve_all(rpc, rpc_allow_public) if rpc else ()
+    tgt = Model(target, ModelParams(n_gpu_layers=n_gpu_layers, kv_overrides=target_kv_overrides or {}, rpc=servers))
+    if servers:
+        log.info("target %s: offloaded layers on %s", target, ", ".join(tgt.devices))
     if drafter is None:
         return Pair(tgt, None)
     try:

@@ -42,7 +42,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("-c", "--ctx-size", type=int, default=4096, help="context of each slot")
     g.add_argument("-b", "--batch-size", type=int, default=512, help="prefill chunk")
     g.add_argument("-t", "--threads", type=int, default=0, help="threads (0 = llama.cpp default)")
-    g.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, help="layers on the GPU (-1 = all)")
+    g.add_argument("-ngl", "--n-gpu-layers", type=int, default=None,
+                   help="layers on the GPUs and RPC servers (-1 = all; default 0, or all with --rpc)")
+    g.add_argument("--rpc", metavar="HOST:PORT,...", default=None,
+                   help="llama.cpp ggml-rpc-server(s) that take the target's offloaded layers with the local GPUs "
+                        "(the drafter stays local); unauthenticated: trusted private networks only")
+    g.add_argument("--rpc-allow-public", action="store_true",
+                   help="allow --rpc endpoints on public or wildcard (0.0.0.0) addresses")
     g.add_argument("--draft-max", type=int, default=None, help="drafts per step (default: trained block - 1)")
     g.add_argument("--no-draft-adaptive", action="store_true",
                    help="always draft --draft-max tokens (default: shrink drafting while it does not pay)")
@@ -67,6 +73,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def build_models(args):
     from ..server.preset import EMBEDDED, Preset, ServerModels, load_models_toml
+    from .speculative import gpu_layers
 
     save_path = None
     if args.slot_save_path is not None:
@@ -76,6 +83,8 @@ def build_models(args):
     if args.config:
         if args.model_draft:
             raise ValueError("-md goes with -m; drafters of --config presets are set in the config")
+        if args.rpc is not None or args.rpc_allow_public:
+            raise ValueError("--rpc goes with -m; --config presets set rpc = [\"host:port\", ...] in the config")
         return load_models_toml(args.config)
     if args.model_draft and not args.model:
         raise ValueError("-md needs -m: a drafter is paired with the target it was trained for")
@@ -90,7 +99,8 @@ def build_models(args):
             raise ValueError(f"no such drafter file: {args.model_draft}")
     name = args.alias or (os.path.splitext(os.path.basename(args.model))[0] if args.model else "default")
     preset = Preset(name=name, target=target, drafter=drafter, n_slots=args.parallel, n_ctx_slot=args.ctx_size,
-                    n_batch=args.batch_size, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
+                    n_batch=args.batch_size, n_threads=args.threads, n_gpu_layers=gpu_layers(args),
+                    rpc=args.rpc if args.rpc is not None else (), rpc_allow_public=args.rpc_allow_public,
                     draft_max=args.draft_max,
                     # forced acceptance assumes a fixed block (as pydflash-speculative --spec-synth-len)
                     draft_adaptive=not args.no_draft_adaptive and args.spec_synth_len is None,
@@ -101,7 +111,19 @@ def build_models(args):
     return ServerModels({name: preset}, name)
 
 
+def check_rpc_servers(models) -> None:
+    """Every preset's RPC servers resolve, pass the address policy and answer the handshake now: a dead endpoint is
+    a config error at start rather than a worker that fails to load later (RpcUnreachable is not a ValueError)."""
+    from ..rpc import parse_endpoint, probe, resolve_all
+
+    for preset in models.presets.values():
+        for ep in resolve_all(preset.rpc, preset.rpc_allow_public):
+            probe(parse_endpoint(ep))
+
+
 def main(argv=None) -> int:
+    from ..errors import PydflashError
+
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -111,7 +133,8 @@ def main(argv=None) -> int:
             raise ValueError("--max-resident must be >= 1")
         if not 1 <= args.port <= 65535:
             raise ValueError("--port must be in 1..65535")
-    except ValueError as exc:  # ConfigError is a ValueError too
+        check_rpc_servers(models)
+    except (ValueError, PydflashError) as exc:  # ConfigError is a ValueError too; RpcUnreachable a ModelLoadError
         sys.stderr.write(f"pydflash-server: error: {exc}\n")
         return EXIT_BAD_INPUT
 

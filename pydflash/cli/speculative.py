@@ -50,7 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="load a drafter whose embedding scale or logit softcap disagrees with the target's")
     p.add_argument("-c", "--ctx-size", metavar="N", type=int, default=4096, help="context size of the slot")
     p.add_argument("-t", "--threads", metavar="N", type=int, default=0, help="threads (0 = llama.cpp default)")
-    p.add_argument("-ngl", "--n-gpu-layers", metavar="N", type=int, default=0, help="layers on the GPU (-1 = all)")
+    p.add_argument("-ngl", "--n-gpu-layers", metavar="N", type=int, default=None,
+                   help="layers on the GPUs and RPC servers (-1 = all; default 0, or all with --rpc)")
+    p.add_argument("--rpc", metavar="HOST:PORT,...", default=None,
+                   help="llama.cpp ggml-rpc-server(s) that take the target's offloaded layers with the local GPUs "
+                        "(the drafter stays local); unauthenticated: trusted private networks only")
+    p.add_argument("--rpc-allow-public", action="store_true",
+                   help="allow --rpc endpoints on public or wildcard (0.0.0.0) addresses")
     p.add_argument("--no-spec", action="store_true", help="plain decoding through the same engine")
     p.add_argument("--spec-synth-len", metavar="L", type=float, default=None,
                    help="benchmarking only: force this mean acceptance length (a fixed block unless "
@@ -98,8 +104,9 @@ def run(args) -> int:
     Request(prompt, **sampling)
     adaptive = args.draft_adaptive if args.draft_adaptive is not None else args.spec_synth_len is None
     cfg = EngineConfig(
-        n_ctx_slot=args.ctx_size, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
+        n_ctx_slot=args.ctx_size, n_threads=args.threads, n_gpu_layers=gpu_layers(args),
         draft_max=args.draft_max, adaptive=adaptive, synth_len=args.spec_synth_len,
+        rpc=args.rpc if args.rpc is not None else (), rpc_allow_public=args.rpc_allow_public,
     )
 
     from .. import api
@@ -120,6 +127,13 @@ def run(args) -> int:
         res = _stream_text(llm, prompt, sampling)
         _print_stats(res, name or str(target))
     return 0
+
+
+def gpu_layers(args) -> int:
+    """-ngl as given; without it all layers with --rpc (as llama.cpp's default), else none."""
+    if args.n_gpu_layers is not None:
+        return args.n_gpu_layers
+    return -1 if args.rpc is not None else 0
 
 
 def _load(api, target, drafter, cfg, allow_scale_mismatch: bool):

@@ -35,9 +35,11 @@ os.environ["LLAMA_CPP_LIB_PATH"] = str(LIB_DIR)
 # libllama's RUNPATH names the build tree it was linked in; loading its ggml dependencies from LIB_DIR first
 # makes the installed copy independent of that tree (the loader reuses an object already loaded under the same
 # soname). RTLD_LOCAL: exporting them globally let symbols interpose across backends and crashed CUDA builds.
-for _dep in ("libggml-base.so", "libggml-cpu.so", "libggml.so"):
+# libggml-rpc.so exists in builds with -DGGML_RPC=ON (scripts/build_native.sh); native/rpc.py uses the handles.
+ggml_libs: dict[str, ctypes.CDLL] = {}
+for _dep in ("libggml-base.so", "libggml-cpu.so", "libggml-rpc.so", "libggml.so"):
     if (LIB_DIR / _dep).exists():
-        ctypes.CDLL(str(LIB_DIR / _dep), mode=ctypes.RTLD_LOCAL)
+        ggml_libs[_dep] = ctypes.CDLL(str(LIB_DIR / _dep), mode=ctypes.RTLD_LOCAL)
 
 import llama_cpp.llama_cpp as C  # noqa: E402  (must follow the environment setup above)
 

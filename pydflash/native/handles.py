@@ -21,9 +21,12 @@ KVValue = Union[bool, int, float, str]
 
 @dataclass(frozen=True)
 class ModelParams:
-    n_gpu_layers: int = 0
+    n_gpu_layers: int = 0  # layers offloaded to the GPUs and RPC servers together (llama.cpp's -ngl)
     # GGUF metadata overrides applied at load (e.g. {"dflash.embedding_scale": 25.3}).
     kv_overrides: Mapping[str, KVValue] = field(default_factory=dict)
+    # llama.cpp RPC servers ("ip:port", from pydflash.rpc.resolve_all) whose devices take offloaded layers, split
+    # with the local GPUs by free memory (native/rpc.py); () = local devices only
+    rpc: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.n_gpu_layers < -1:
@@ -78,8 +81,17 @@ class Model:
         if params.kv_overrides:
             self._overrides = _overrides_array(params.kv_overrides)  # must stay alive during the load
             mp.kv_overrides = ctypes.cast(self._overrides, ctypes.POINTER(C.llama_model_kv_override))
+        self._devices = None
+        if params.rpc:
+            from . import rpc  # only here: a build without RPC loads every other model as before
+
+            self._devices = rpc.target_devices(params.rpc)
+            mp.devices = self._devices.ptr
+            mp.tensor_buft_overrides = self._devices.overrides_ptr
         last_error()  # forget errors of earlier calls
         ptr = C.llama_model_load_from_file(str(self.path).encode(), mp)
+        if ptr and self._devices is not None:
+            self._devices.hold()
         if not ptr:
             why = last_error().removeprefix("llama_model_load: ") or "unsupported architecture or corrupt file"
             raise ModelLoadError(f"llama.cpp could not load {self.path}: {why}")
@@ -103,6 +115,13 @@ class Model:
         if getattr(self, "_ptr", None) is not None:
             C.llama_model_free(self._ptr)
             self._ptr = None
+            if self._devices is not None:
+                self._devices.release()
+
+    @property
+    def devices(self) -> list[str]:
+        """Names of the devices given to llama.cpp for offloading ("RPC0", ..., then local GPUs); [] = its default."""
+        return list(self._devices.names) if self._devices is not None else []
 
     def __del__(self):
         self.close()

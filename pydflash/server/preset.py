@@ -11,6 +11,11 @@
     n_ctx_slot = 4096
     cache_ram_mib = 256                   # prompt cache (docs/cache.md); slot_save_path is relative to this file too
 
+    [split]                               # the target's layers over llama.cpp RPC servers (pydflash/rpc.py)
+    target = "big.gguf"
+    n_gpu_layers = -1                     # layers offloaded to the local GPUs and the RPC servers together
+    rpc = ["10.0.0.2:50052", "10.0.0.3:50052"]   # a trusted private network only (rpc_allow_public = true forces)
+
 A preset's name is only ever looked up in this table; it is never joined into a path.
 """
 
@@ -47,7 +52,11 @@ class Preset:
     n_ctx_slot: int = 4096
     n_batch: int = 512
     n_threads: int = 0
-    n_gpu_layers: int = 0
+    n_gpu_layers: int = 0  # layers offloaded to the local GPUs and the RPC servers together (-1 = all)
+    # llama.cpp RPC servers ("host:port") that take the target's offloaded layers; the drafter stays local.
+    # Unauthenticated: private addresses only unless rpc_allow_public (pydflash/rpc.py)
+    rpc: tuple[str, ...] = ()
+    rpc_allow_public: bool = False
     draft_max: Optional[int] = None
     draft_adaptive: bool = True
     chat_template: Optional[str] = None  # a built-in NAME or a FILE; default: the GGUF's, else by architecture
@@ -64,7 +73,8 @@ class Preset:
         if not self.name or len(self.name) > 128 or any(ord(c) < 32 for c in self.name):
             raise ConfigError(f"bad preset name {self.name!r}")
         try:
-            self.engine_config()
+            # rpc as EngineConfig normalises it (a list from models.toml or JSON, or "a:1,b:2") into the frozen field
+            object.__setattr__(self, "rpc", self.engine_config().rpc)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"preset {self.name!r}: {exc}") from exc
         if self.max_queue < 0:
@@ -82,7 +92,7 @@ class Preset:
         return EngineConfig(n_slots=self.n_slots, n_ctx_slot=self.n_ctx_slot, n_batch=self.n_batch,
                             n_ubatch=min(512, self.n_batch), n_threads=self.n_threads, n_gpu_layers=self.n_gpu_layers,
                             draft_max=self.draft_max, adaptive=self.draft_adaptive, synth_len=self.synth_len,
-                            check_invariants=False)
+                            rpc=self.rpc, rpc_allow_public=self.rpc_allow_public, check_invariants=False)
 
     def cache_config(self) -> CacheConfig:
         return CacheConfig(reuse=self.cache_reuse, ram_mib=self.cache_ram_mib, checkpoint_every=self.checkpoint_every)
