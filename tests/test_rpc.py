@@ -152,6 +152,30 @@ def test_cli_plain_decoding_over_rpc_matches_local(tiny, servers):
     assert out["n_generated"] > 0 and out["text"] == want
 
 
+@pytest.mark.xfail(strict=True, reason="pydflash/server/worker.py does not pass the preset's rpc to load_pair yet "
+                                      "(the one-line request in /tmp/team/requests.md); drop this marker with it")
+def test_server_splits_the_target(tiny, servers):
+    from server_util import Server
+
+    p = tiny("qwen3")
+    srv = Server(["-m", str(p.target), "-md", str(p.drafter), "-np", "2", "-c", "512", "-ngl", "5",
+                  "--rpc", ",".join(servers)])
+    oracle = Oracle(p.target, n_ctx=512)
+    try:
+        for ep in servers:  # the worker holds each server's one connection: another client gets no handshake
+            with pytest.raises(rpc.RpcUnreachable, match="serving another client"):
+                rpc.probe(rpc.parse_endpoint(ep), timeout_s=0.5)
+        for prompt in PROMPTS:
+            body = {"model": "any", "prompt": prompt, "max_tokens": 24, "temperature": 0, "ignore_eos": True,
+                    "return_tokens": True}
+            r = srv.http().post("/v1/completions", json=body)
+            assert r.status_code == 200, r.text
+            oracle.check(oracle.llm.tokenize(prompt), r.json()["choices"][0]["tokens"])
+    finally:
+        srv.stop()
+        oracle.close()
+
+
 def _one_line_exit_2(r, prog):
     assert r.returncode == 2, (r.returncode, r.stderr)
     lines = r.stderr.strip().splitlines()
