@@ -5,6 +5,9 @@ without touching a worker and ``/openapi.json`` documents every body. The valida
 byte, to the worker of its model over a Unix socket; answers and SSE streams come back unchanged. A worker that
 dies mid-request gives its client a 503 (or, mid-stream, an error event then ``[DONE]``).
 
+Where the models run is the app's ``Backend``: by default ``WorkerProxy`` (worker processes on this machine, chosen
+by the ``Router``); ``pydflash.serve`` plugs in Ray Serve replicas behind the same routes.
+
 Public routes (no API key needed): ``PUBLIC_ROUTES``. Everything else needs ``Authorization: Bearer KEY`` when
 the server has an API key.
 """
@@ -17,7 +20,7 @@ import hmac
 import json
 import logging
 import time
-from typing import Optional
+from typing import Optional, Protocol
 
 import httpx
 from fastapi import Depends, FastAPI, Request as HTTPRequest
@@ -36,9 +39,47 @@ DISCONNECT_POLL_S = 0.25
 MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
+RELAYED_HEADERS = frozenset({"content-type", "retry-after"})  # what a worker's answer keeps on its way out
+
+
+class Backend(Protocol):
+    """Where the app's validated requests go; the HTTP routes, schemas and auth stay the same whatever it is."""
+
+    async def startup(self, preload: bool) -> None: ...
+
+    async def shutdown(self) -> None: ...
+
+    def status(self) -> dict[str, str]:
+        """Each preset's state: "ready", "loading", "restarting" or "unloaded" (``/health``, ``/v1/models``)."""
+
+    async def forward(self, path: str, model: Optional[str], stream: bool, http: HTTPRequest) -> Response:
+        """Answer one request (its raw body is ``await http.body()``) from the model it names."""
+
+
+class WorkerProxy:
+    """The default backend: one worker process per resident preset, chosen and respawned by the ``Router``."""
+
+    def __init__(self, router: Router):
+        self.router = router
+
+    async def startup(self, preload: bool) -> None:
+        await self.router.startup(preload=preload)
+
+    async def shutdown(self) -> None:
+        await self.router.shutdown()
+
+    def status(self) -> dict[str, str]:
+        return self.router.status()
+
+    async def forward(self, path: str, model: Optional[str], stream: bool, http: HTTPRequest) -> Response:
+        return await _forward(self.router, path, model, stream, http)
+
+
 def create_app(models: ServerModels, api_key: Optional[str] = None, max_resident: int = 2,
-               max_body_bytes: int = MAX_BODY_BYTES, preload: bool = True, log_level: str = "warning") -> FastAPI:
-    router = Router(models, max_resident=max_resident, log_level=log_level)
+               max_body_bytes: int = MAX_BODY_BYTES, preload: bool = True, log_level: str = "warning",
+               backend: Optional[Backend] = None) -> FastAPI:
+    if backend is None:
+        backend = WorkerProxy(Router(models, max_resident=max_resident, log_level=log_level))
 
     async def authenticate(http: HTTPRequest) -> None:
         if api_key is None or http.url.path in PUBLIC_ROUTES:
@@ -50,43 +91,43 @@ def create_app(models: ServerModels, api_key: Optional[str] = None, max_resident
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
-        await router.startup(preload=preload)
+        await backend.startup(preload=preload)
         yield
-        await router.shutdown()
+        await backend.shutdown()
 
     app = FastAPI(title="pydflash", version="0.1.0", dependencies=[Depends(authenticate)], lifespan=lifespan,
                   description="OpenAI-compatible server with DFlash speculative decoding over llama.cpp")
     install(app)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
-    app.state.router = router
+    app.state.backend = backend
 
     # --- generation -----------------------------------------------------------------------------------------------
     @app.post("/v1/completions", response_model=S.CompletionResponse, responses=_responses(S.CompletionChunk))
     async def completions(body: S.CompletionRequest, http: HTTPRequest):
-        return await _forward(router, "/v1/completions", body.model, body.stream, http)
+        return await backend.forward("/v1/completions", body.model, body.stream, http)
 
     @app.post("/v1/chat/completions", response_model=S.ChatCompletionResponse, responses=_responses(S.ChatChunk))
     async def chat_completions(body: S.ChatCompletionRequest, http: HTTPRequest):
-        return await _forward(router, "/v1/chat/completions", body.model, body.stream, http)
+        return await backend.forward("/v1/chat/completions", body.model, body.stream, http)
 
     @app.post("/tokenize", response_model=S.TokenizeResponse, responses=_responses())
     async def tokenize(body: S.TokenizeRequest, http: HTTPRequest):
-        return await _forward(router, "/tokenize", body.model, False, http)
+        return await backend.forward("/tokenize", body.model, False, http)
 
     @app.post("/detokenize", response_model=S.DetokenizeResponse, responses=_responses())
     async def detokenize(body: S.DetokenizeRequest, http: HTTPRequest):
-        return await _forward(router, "/detokenize", body.model, False, http)
+        return await backend.forward("/detokenize", body.model, False, http)
 
     # --- slot files (llama-server's /slots/{id}?action=...; the worker checks names, files and slots) --------------
     @app.post("/slots/{id_slot}", response_model=S.SlotActionResponse, responses=responses(400, 401, 404, 413, 503))
     async def slot_action(id_slot: int, action: S.SlotAction, http: HTTPRequest,
                           body: Optional[S.SlotActionRequest] = None):
-        return await _forward(router, f"/slots/{id_slot}?action={action}", body.model if body else None, False, http)
+        return await backend.forward(f"/slots/{id_slot}?action={action}", body.model if body else None, False, http)
 
     # --- status ---------------------------------------------------------------------------------------------------
     @app.get("/v1/models", response_model=S.ModelList)
     async def list_models():
-        status = router.status()
+        status = backend.status()
         created = int(time.time())
         return S.ModelList(data=[
             S.ModelCard(id=name, created=created,
@@ -96,7 +137,7 @@ def create_app(models: ServerModels, api_key: Optional[str] = None, max_resident
     @app.get("/health", response_model=S.HealthResponse,
              responses={503: {"model": S.HealthResponse, "description": "a model is loading or restarting"}})
     async def health():
-        status = router.status()
+        status = backend.status()
         bad = {k: v for k, v in status.items() if v in ("loading", "restarting")}
         if not bad:
             return S.HealthResponse(status="ok")
@@ -183,8 +224,7 @@ async def _relay(router: Router, w, resp: httpx.Response):
 
 
 def _relayed(resp: httpx.Response) -> dict:
-    keep = {"content-type", "retry-after"}
-    return {k: v for k, v in resp.headers.items() if k.lower() in keep}
+    return {k: v for k, v in resp.headers.items() if k.lower() in RELAYED_HEADERS}
 
 
 def _worker_gone(w, exc: Exception) -> ModelUnavailable:

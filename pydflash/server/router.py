@@ -43,6 +43,18 @@ class ModelUnavailable(Unavailable):
         super().__init__(message, retry_after=retry_after)
 
 
+def select(models: ServerModels, name: Optional[str], recent: Optional[str]) -> str:
+    """The preset a request names. ``None``, ``""`` or ``"any"`` is ``recent`` (the most recently used model that
+    still serves, as the caller tracks it) or else the default; an unknown name is ``ModelNotFound``. Shared with
+    the Ray Serve ingress (``pydflash.serve``), whose replicas hold the models."""
+    if name is None or name == "any" or name == "":
+        return recent if recent is not None else models.default
+    if name not in models.presets:
+        log.info("request for unknown model %s", log_safe(name))
+        raise ModelNotFound(f"model {name!r} not found; GET /v1/models lists the served models")
+    return name
+
+
 class Worker:
     """One worker process and the HTTP client that reaches it over its Unix socket."""
 
@@ -144,14 +156,7 @@ class Router:
 
     # --- selection ------------------------------------------------------------------------------------------------
     def resolve(self, name: Optional[str]) -> str:
-        if name is None or name == "any" or name == "":
-            if self.mru is not None and self.mru in self.workers:
-                return self.mru
-            return self.models.default
-        if name not in self.models.presets:
-            log.info("request for unknown model %s", log_safe(name))
-            raise ModelNotFound(f"model {name!r} not found; GET /v1/models lists the served models")
-        return name
+        return select(self.models, name, self.mru if self.mru in self.workers else None)
 
     @contextlib.asynccontextmanager
     async def use(self, name: Optional[str]):

@@ -1,0 +1,83 @@
+"""The engine deployment: Serve replicas that each hold up to N presets and answer the ingress's requests.
+
+The model of a request is its Serve multiplexed model id (the ingress sets it with
+``handle.options(multiplexed_model_id=name)``). Serve routes a request to a replica that already holds its model
+when there is one that is not saturated, else to the replica with the fewest models, which loads it
+(``serve.multiplexed``: at most N per replica, least recently used evicted). A replica answers with a head
+``{"status", "headers", "replica"}`` and then the body bytes of the worker app's answer, as they come (streams
+included).
+
+A replica that dies (native abort, OOM, an engine failure: the worker app exits its process as a worker process
+would) is replaced by Serve; the ingress turns the loss into a clean error for the requests it had in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import AsyncIterator, Union
+
+from ray import serve
+
+from ..errors import PydflashError
+from ..server.errors import envelope, to_api_error
+from ..server.preset import ServerModels
+from ..server.router import ModelNotFound, ModelUnavailable
+from . import asgi
+from .resident import ResidentModel, Retired
+
+log = logging.getLogger(__name__)
+LOAD_FAILED_RETRY_S = 10  # as the router's Retry-After for a preset that failed to load
+
+
+class EngineReplica:
+    async def __init__(self, models: ServerModels, max_models: int, preload: bool = True):
+        self.models = models
+        self.replica = serve.get_replica_context().replica_id.to_full_id_str()  # its actor's name (namespace "serve")
+
+        async def load(name: str) -> ResidentModel:
+            return await ResidentModel.load(models.presets[name])
+
+        # wrapped here, not as a decorator on the class, since N comes from the application's arguments
+        self.model = serve.multiplexed(max_num_models_per_replica=max_models)(load)
+        if preload:  # as pydflash-server: the default model loads at start
+            try:
+                await self.model(models.default)
+            except Exception as exc:  # the replica still serves the other presets; the error shows per request
+                log.error("default model %s failed to load: %s", models.default, exc)
+
+    async def forward(self, path: str, body: bytes) -> AsyncIterator[Union[dict, bytes]]:
+        """The worker app's answer to ``body`` at ``path``, from the request's model: the head, then bytes."""
+        name = serve.get_multiplexed_model_id()
+        for _ in range(2):  # a model evicted between its lookup and its use is looked up (and loaded) again, once
+            try:
+                model = await self._model(name)
+            except Exception as exc:
+                for part in self._error(exc):
+                    yield part
+                return
+            try:
+                async for part in model.call(path, body):
+                    yield self._head(part) if isinstance(part, asgi.Head) else part
+                return
+            except Retired:
+                continue
+        for part in self._error(ModelUnavailable(f"model {name!r} was evicted twice while starting; retry")):
+            yield part
+
+    async def _model(self, name: str) -> ResidentModel:
+        if name not in self.models.presets:  # the ingress resolves names first; this is defence, not routing
+            raise ModelNotFound(f"model {name!r} not found; GET /v1/models lists the served models")
+        try:
+            return await self.model(name)
+        except PydflashError as exc:  # a preset that cannot load: the router's answer for it
+            raise ModelUnavailable(f"model {name!r} failed to load: {exc}", retry_after=LOAD_FAILED_RETRY_S) from exc
+
+    def _head(self, head: asgi.Head) -> dict:
+        return {"status": head.status, "headers": head.headers, "replica": self.replica}
+
+    def _error(self, exc: BaseException):
+        err = to_api_error(exc)
+        headers = {"content-type": "application/json", **{k.lower(): v for k, v in err.headers.items()}}
+        yield {"status": err.status, "headers": headers, "replica": self.replica}
+        yield json.dumps(envelope(err)).encode()

@@ -1,0 +1,165 @@
+"""pydflash on Ray Serve (``pydflash.serve.ray``): a local Ray instance, 2 engine replicas, 2 tiny presets.
+
+Clients talk to Serve's HTTP proxy on loopback (the real ``openai`` client and httpx, every call with a timeout).
+- greedy completions and chat through the Serve ingress equal those of ``pydflash-server`` on the same presets;
+- multiplexing: at one model per replica, each model stays on the replica that loaded it, and ``"any"`` is the
+  model this ingress used last;
+- a replica actor killed mid-stream gives its client an error event and ``[DONE]``, and the next request succeeds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="the ray[serve] extra is not installed (pip install -e '.[ray]')")
+serve = pytest.importorskip("ray.serve", reason="the ray[serve] extra is not installed (pip install -e '.[ray]')")
+
+from server_util import Server, free_port, write_models_toml  # noqa: E402
+
+TIMEOUT = 30  # seconds, on every client call: a hang fails the test instead of stalling the suite
+REPLICA = "x-pydflash-replica"
+
+
+@pytest.fixture(scope="module")
+def models_toml(tiny, tmp_path_factory):
+    a, b = tiny("gemma3"), tiny("llama")
+    return write_models_toml(tmp_path_factory.mktemp("serve") / "models.toml", {
+        "alpha": {"target": str(a.target), "drafter": str(a.drafter), "n_slots": 2, "n_ctx_slot": 2048},
+        "beta": {"target": str(b.target), "drafter": str(b.drafter), "n_slots": 2, "n_ctx_slot": 2048},
+    }, default="alpha")
+
+
+@pytest.fixture(scope="module")
+def cluster(models_toml):
+    """Serve's proxy on a free loopback port; engine replicas hold one model each, so a request routed to the
+    wrong replica would evict and show up as a replica change."""
+    from pydflash.cli.server import build_models, parse_args
+    from pydflash.serve.ray import build
+
+    port = free_port()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        models = build_models(parse_args(["--config", str(models_toml)]))
+        app = build(models, max_models_per_replica=1, preload=False,
+                    engine_options={"num_replicas": 2, "ray_actor_options": {"num_cpus": 0.5}})
+        serve.run(app, name="pydflash", route_prefix="/")
+        base = f"http://127.0.0.1:{port}"
+        # place the models: alpha on one replica, then (once Serve knows where alpha is: replicas push what they
+        # hold every 0.1 s) beta on the replica with the fewest models, the other one
+        warm_up(base, pause=0.5)
+        yield base
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def direct(models_toml):
+    srv = Server(["--config", str(models_toml), "--max-resident", "2", "--no-preload"])
+    warm_up(srv.base)  # the same history per model as the replicas (slot and prompt-cache state shape batches)
+    yield srv
+    srv.stop()
+
+
+def warm_up(base, pause: float = 0.0) -> None:
+    for model in ("alpha", "beta"):
+        r = complete(base, model)
+        assert r.status_code == 200, r.text
+        time.sleep(pause)
+
+
+def http(base):
+    import httpx
+
+    return httpx.Client(base_url=base, timeout=TIMEOUT)
+
+
+def complete(base, model, **kw):
+    body = {"model": model, "prompt": "hello world", "max_tokens": 8, "temperature": 0, **kw}
+    with http(base) as c:
+        return c.post("/v1/completions", json=body)
+
+
+def openai_client(base):
+    import openai
+
+    return openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=TIMEOUT)
+
+
+def answers(base) -> list:
+    """Greedy completions and chat, streamed and not, for both presets."""
+    client = openai_client(base)
+    out = []
+    for model in ("alpha", "beta"):
+        r = client.completions.create(model=model, prompt=["The capital of France is", "def add(a, b):"],
+                                      max_tokens=24, temperature=0)
+        out.append([(c.text, c.finish_reason) for c in r.choices] + [r.usage.model_dump()])
+        msgs = [{"role": "user", "content": "Say something."}]
+        r = client.chat.completions.create(model=model, messages=msgs, max_tokens=16, temperature=0)
+        out.append((r.choices[0].message.content, r.choices[0].finish_reason, r.usage.model_dump()))
+        chunks = client.chat.completions.create(model=model, messages=msgs, max_tokens=16, temperature=0,
+                                                stream=True)
+        out.append("".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices))
+    return out
+
+
+def test_greedy_output_equals_pydflash_server(cluster, direct):
+    via_serve = answers(cluster)
+    assert via_serve == answers(direct.base)
+    assert all(via_serve[i][0][0] for i in (0, 3))  # something was generated
+
+
+def test_each_model_stays_on_its_replica(cluster):
+    seen = {"alpha": set(), "beta": set()}
+    for _ in range(3):
+        for model in ("alpha", "beta"):
+            r = complete(cluster, model)
+            assert r.status_code == 200 and r.json()["model"] == model, r.text
+            seen[model].add(r.headers[REPLICA])
+    assert len(seen["alpha"]) == 1 and len(seen["beta"]) == 1, seen
+    assert seen["alpha"] != seen["beta"]
+    r = complete(cluster, "any")  # the model this ingress used last
+    assert r.json()["model"] == "beta" and {r.headers[REPLICA]} == seen["beta"]
+    r = complete(cluster, "alpha")
+    r = complete(cluster, "any")
+    assert r.json()["model"] == "alpha" and {r.headers[REPLICA]} == seen["alpha"]
+
+
+def test_errors_come_from_the_app(cluster):
+    with http(cluster) as c:
+        r = c.post("/v1/completions", json={"model": "gamma", "prompt": "x"})
+        assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
+        r = c.post("/v1/completions", json={"model": "alpha", "prompt": "x", "max_tokens": 0})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
+        r = c.post("/v1/completions", json={"model": "alpha", "prompt": [[10**9]], "max_tokens": 2})
+        assert r.status_code == 400 and "vocabulary" in r.json()["error"]["message"]
+        r = c.post("/tokenize", json={"model": "beta", "content": "hello"})
+        assert r.status_code == 200 and r.json()["tokens"]
+        models = c.get("/v1/models").json()["data"]
+        assert {m["id"]: m["meta"]["resident"] for m in models} == {"alpha": True, "beta": True}
+
+
+def test_replica_killed_mid_stream(cluster):
+    frames = []
+    body = {"model": "alpha", "prompt": "hello", "max_tokens": 1500, "ignore_eos": True, "temperature": 0,
+            "stream": True}
+    with http(cluster) as c, c.stream("POST", "/v1/completions", json=body) as r:
+        assert r.status_code == 200
+        victim = r.headers[REPLICA]
+        for line in r.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            frames.append(line[6:])
+            if len(frames) == 3:
+                ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
+    assert frames[-1] == "[DONE]"
+    err = json.loads(frames[-2])["error"]
+    assert err["code"] == 503 and err["type"] == "unavailable_error", frames[-2]
+    assert len(frames) < 1500  # the stream was cut, not finished
+    r = complete(cluster, "alpha")  # the next request: Serve routes it to the live replica, which loads alpha
+    assert r.status_code == 200, r.text
+    assert r.headers[REPLICA] != victim
