@@ -30,12 +30,12 @@ from ..errors import NativeLibraryError
 from ..rpc import RpcUnreachable, parse_endpoint, probe
 from ._lib import LIB_DIR, ensure_backend, ggml_libs
 
-GGML_BACKEND_DEVICE_TYPE_GPU = 1  # ggml-backend.h: CPU 0, GPU 1, IGPU 2, ACCEL 3, META 4
+GGML_BACKEND_DEVICE_TYPE_CPU = 0  # ggml-backend.h: CPU 0, GPU 1, IGPU 2, ACCEL 3, META 4
+GGML_BACKEND_DEVICE_TYPE_GPU = 1
 GGML_BACKEND_DEVICE_TYPE_IGPU = 2
 _c_p = ctypes.c_void_p
 # ggml_backend_reg_t (*ggml_backend_rpc_add_server_t)(const char * endpoint);
 _ADD_SERVER = ctypes.CFUNCTYPE(_c_p, ctypes.c_char_p)
-
 
 if "libggml.so" not in ggml_libs:
     raise NativeLibraryError(f"libggml.so not found in {LIB_DIR}: RPC devices need llama.cpp's ggml library")
@@ -59,7 +59,6 @@ _dev_name = _declare("ggml_backend_dev_name", [_c_p], ctypes.c_char_p)
 _dev_by_type = _declare("ggml_backend_dev_by_type", [ctypes.c_int], _c_p)
 _dev_buffer_type = _declare("ggml_backend_dev_buffer_type", [_c_p], _c_p)
 
-GGML_BACKEND_DEVICE_TYPE_CPU = 0
 # the output layer's tensors (output.weight, and token_embd.weight where the head is tied to the embeddings; the
 # input copy is on the CPU anyway), not output_norm: llama.cpp matches with std::regex_search on the tensor name
 OUTPUT_ON_CPU = rb"^(output|token_embd)\."
@@ -69,6 +68,7 @@ class BuftOverride(ctypes.Structure):
     """struct llama_model_tensor_buft_override { const char * pattern; ggml_backend_buffer_type_t buft; };"""
 
     _fields_ = [("pattern", ctypes.c_char_p), ("buft", _c_p)]
+
 
 _lock = threading.Lock()
 _live: "collections.Counter[str]" = collections.Counter()  # endpoint -> live models connected to it
@@ -106,12 +106,6 @@ class DeviceList:
             if self._held:
                 _live.subtract(self.endpoints)
                 self._held = False
-
-
-def supported() -> bool:
-    """Whether this libllama was built with the RPC backend (-DGGML_RPC=ON)."""
-    ensure_backend()
-    return bool(_reg_by_name(b"RPC"))
 
 
 def target_devices(endpoints: Sequence[str], timeout_s: Optional[float] = None) -> DeviceList:
