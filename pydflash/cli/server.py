@@ -35,6 +35,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--api-key", default=os.environ.get("PYDFLASH_API_KEY"),
                    help="require Authorization: Bearer KEY (default: $PYDFLASH_API_KEY)")
     p.add_argument("--max-resident", type=int, default=2, help="model workers loaded at once (LRU eviction)")
+    p.add_argument("--ray", metavar="ADDRESS", default=None,
+                   help="serve through Ray Serve on this Ray cluster: auto, local, or ray://HOST:10001 "
+                        "(needs the ray extra; docs/scale-out.md)")
+    p.add_argument("--ray-replicas", metavar="N", type=int, default=1, help="with --ray: engine replicas")
     p.add_argument("--max-body-mb", type=float, default=16.0, help="largest request body (413 above)")
     p.add_argument("--no-preload", action="store_true", help="load the default model on its first request")
     g = p.add_argument_group("the pair of -m (or the embedded default)")
@@ -137,6 +141,10 @@ def main(argv=None) -> int:
     except (ValueError, PydflashError) as exc:  # ConfigError is a ValueError too; RpcUnreachable a ModelLoadError
         sys.stderr.write(f"pydflash-server: error: {exc}\n")
         return EXIT_BAD_INPUT
+    if args.ray:
+        from ..serve import launch
+
+        return launch.main(args, models)
 
     import uvicorn
 

@@ -48,7 +48,8 @@ def load_engine(preset: Preset):
     if target == EMBEDDED:
         d = default_pair()
         target, drafter = d.target, (d.drafter if drafter is None else drafter)
-    pair = load_pair(target, drafter or None, n_gpu_layers=preset.n_gpu_layers)
+    pair = load_pair(target, drafter or None, n_gpu_layers=preset.n_gpu_layers, rpc=preset.rpc,
+                     rpc_allow_public=preset.rpc_allow_public)
     try:
         engine = Engine(pair, preset.engine_config(), cache=preset.cache_config())
     except BaseException:
