@@ -48,22 +48,29 @@ class EngineReplica:
 
     async def forward(self, path: str, body: bytes) -> AsyncIterator[Union[dict, bytes]]:
         """The worker app's answer to ``body`` at ``path``, from the request's model: the head, then bytes."""
-        name = serve.get_multiplexed_model_id()
-        for _ in range(2):  # a model evicted between its lookup and its use is looked up (and loaded) again, once
-            try:
-                model = await self._model(name)
-            except Exception as exc:
-                for part in self._error(exc):
-                    yield part
-                return
+        answered = False
+        try:
+            async for part in self._answer(serve.get_multiplexed_model_id(), path, body):
+                if isinstance(part, asgi.Head):
+                    answered = True
+                    part = self._head(part)
+                yield part
+        except Exception as exc:  # no model, or the app failed before it answered: an envelope, not a Ray error
+            if answered:
+                raise
+            for part in self._error(exc):
+                yield part
+
+    async def _answer(self, name: str, path: str, body: bytes) -> AsyncIterator[Union[asgi.Head, bytes]]:
+        for attempt in (1, 2):  # a model evicted between its lookup and its use is looked up (loaded) again, once
+            model = await self._model(name)
             try:
                 async for part in model.call(path, body):
-                    yield self._head(part) if isinstance(part, asgi.Head) else part
+                    yield part
                 return
             except Retired:
-                continue
-        for part in self._error(ModelUnavailable(f"model {name!r} was evicted twice while starting; retry")):
-            yield part
+                if attempt == 2:
+                    raise ModelUnavailable(f"model {name!r} was evicted twice before it started; retry")
 
     async def _model(self, name: str) -> ResidentModel:
         if name not in self.models.presets:  # the ingress resolves names first; this is defence, not routing

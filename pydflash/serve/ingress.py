@@ -22,7 +22,7 @@ from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError, 
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from ..server.app import RELAYED_HEADERS, create_app
-from ..server.errors import Overloaded, ServerError, Unavailable, envelope, log_safe
+from ..server.errors import Overloaded, ServerError, Unavailable, envelope, log_safe, to_api_error
 from ..server.preset import ServerModels
 from ..server.router import ModelUnavailable, select
 
@@ -99,9 +99,10 @@ class ServeProxy:
             async for chunk in gen:
                 yield chunk
             ended = True
-        except LOST as exc:  # the replica died mid-stream: tell the client, then end the stream
+        except Exception as exc:  # the replica died mid-stream (or failed): tell the client, then end the stream
             ended = True
-            yield f"data: {json.dumps(envelope(self._lost(key, exc)))}\n\n".encode()
+            err = self._lost(key, exc) if isinstance(exc, LOST) else to_api_error(exc)
+            yield f"data: {json.dumps(envelope(err))}\n\n".encode()
             yield b"data: [DONE]\n\n"
         finally:
             if not ended:  # our client went away: the replica cancels its engine requests
