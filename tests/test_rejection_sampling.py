@@ -60,6 +60,28 @@ def test_rows_and_sample():
     assert R.prob_of(None, 3) is None
 
 
+def test_two_level_sample_is_the_inverse_cdf():
+    """sample() searches block sums, then one block: the same index as a float64 inverse CDF over the whole
+    vector, across block boundaries, with a ragged last block and runs of zeros (never picked)."""
+    rng = np.random.default_rng(7)
+    w = rng.random(3 * 1024 + 77).astype(np.float32)
+    w[rng.random(len(w)) < 0.3] = 0.0
+    w[1024:2048] = 0.0  # a whole empty block
+    cdf = np.cumsum(w, dtype=np.float64)
+    us = np.concatenate([rng.random(4000), [0.0, 1.0 - 1e-12]])
+    got = np.array([R.sample(w, u) for u in us])
+    want = np.minimum(np.searchsorted(cdf, us * cdf[-1], side="right"), len(w) - 1)
+    assert (w[got] > 0).all()
+    assert np.mean(got == want) > 0.999  # only a target within float noise of a boundary may differ
+    # dense() of a top-p row scatters only the positive prefix, and equals the full scatter
+    order = rng.permutation(len(w)).astype(np.int32)
+    probs = np.sort(rng.random(len(w)).astype(np.float32))[::-1].copy()
+    probs[50:] = 0.0
+    full = np.zeros(len(w), dtype=np.float32)
+    full[order] = probs
+    np.testing.assert_array_equal(R.dense((order, probs), len(w)), full)
+
+
 def _simulate(p_next, q_next, k: int, n_tokens: int, rng: random.Random, unreadable: bool
               ) -> tuple[tuple, int, int]:
     """Generate n_tokens with speculative_commit over a toy model: p_next(prefix) and q_next(prefix) give the
@@ -182,11 +204,21 @@ def spec_llm(sampled_pair):
         yield llm
 
 
-@pytest.mark.parametrize("mode", ["match", "rejection"])
+# rejection mode's proposal (engine/proposal.py): chosen per step (auto), or pinned to one of the two by the margin
+PROPOSALS = {"match": ("match", None), "rejection": ("rejection", None),
+             "rejection-sampled": ("rejection", 0.0), "rejection-argmax": ("rejection", float("inf"))}
+
+
+@pytest.mark.parametrize("mode", list(PROPOSALS))
 @pytest.mark.parametrize("which", range(len(CONFIGS)), ids=["t0.7-topk4", "t1.0-topk8-topp0.8"])
-def test_first_three_tokens_follow_plain_sampling(sampled_pair, spec_llm, mode, which):
+def test_first_three_tokens_follow_plain_sampling(sampled_pair, spec_llm, mode, which, monkeypatch):
     """Spec decoding (seeds disjoint from the plain run's, so the two samples are independent) against plain
-    sampling of the same target: the 3-token histograms agree."""
+    sampling of the same target: the 3-token histograms agree, for each proposal rejection sampling can use."""
+    from pydflash.engine import proposal
+
+    mode, margin = PROPOSALS[mode]
+    if margin is not None:
+        monkeypatch.setattr(proposal, "SAMPLE_MARGIN", margin)
     _, toks, plain, _ = sampled_pair
     spec, drafted, accepted = _histogram(spec_llm, toks, CONFIGS[which], mode, seed0=0)
     ok, msg = _chi_square_ok(plain[which], spec)
@@ -231,12 +263,13 @@ def test_a_bad_sampling_mode_is_refused():
 
 @pytest.mark.real_model
 def test_shipped_pair_acceptance_in_both_modes(gemma_path):
-    """Temperature 0.7, the same prompts and seeds in both modes. Issue 15 expected rejection >= match here; on
-    this pair it is not so: the drafter is less confident than the target at 0.7 (mean max q 0.75 vs max p 0.86
-    at the first draft), so sum min(p, q) (0.46) is no more than p(argmax q) (0.47), and DFlash samples block
-    positions independently from their marginals, which makes later sampled drafts less coherent than the
-    argmax chain (docs/sampling.md has the numbers). What must hold: both modes accept, and rejection stays in
-    the same band as match."""
+    """Temperature 0.7, the same prompts and seeds in both modes. Issue 15 expected rejection >= match here. With
+    q sampled at every step it is not so on this pair: the drafter is less confident than the target at 0.7
+    (mean max q 0.75 vs max p 0.86 at the first draft), so sum min(p, q) is no more than p(argmax q), and DFlash
+    samples block positions independently, which makes later sampled drafts less coherent than the argmax chain.
+    Rejection mode therefore chooses its proposal per step (engine/proposal.py) and mostly drafts the argmax
+    here, where its rule is sample-and-match's. The texts still differ (other draws), so the rates differ by
+    the noise of 72 tokens: the band below. docs/sampling.md has the numbers."""
     from pydflash import api
     from pydflash.config import EngineConfig
     from pydflash.defaults import SHIPPED_DRAFTER
@@ -255,7 +288,7 @@ def test_shipped_pair_acceptance_in_both_modes(gemma_path):
                                      for p in prompts])
             rate[mode] = sum(r.stats.n_accepted for r in res) / sum(r.stats.n_drafted for r in res)
     assert rate["match"] > 0.1 and rate["rejection"] > 0.1, rate
-    assert rate["rejection"] >= 0.6 * rate["match"], rate
+    assert rate["rejection"] >= 0.7 * rate["match"], rate
 
 
 # --- the CLI ----------------------------------------------------------------------------------------------
@@ -304,3 +337,27 @@ def test_server_body_sampling_mode_reaches_the_request():
         assert (req.sampling_mode, req.temperature, req.seed) == (mode, 0.7, 3)
     chat = ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
     assert chat.sampling_mode == "rejection" and gen._request([5], chat).rejection  # OpenAI's default T is 1
+
+
+def test_the_proposal_follows_row_0_acceptance():
+    """Row 0's rates from the two rows on the host, and the choice they drive: a drafter more confident than the
+    target is sampled from; a less confident one (the shipped pair at 0.7) drafts its argmax."""
+    from pydflash.engine import proposal
+
+    p = (None, np.array([0.1, 0.5, 0.4], dtype=np.float32))
+    confident = (np.array([1, 2], dtype=np.int32), np.array([0.5, 0.5], dtype=np.float32))  # a top-k row
+    s_rate, a_rate = proposal.row0_rates(p, confident, 3)
+    assert s_rate == pytest.approx(0.9) and a_rate == pytest.approx(0.5)
+    assert proposal.argmax_of(confident) == 1 and proposal.argmax_of(None) is None
+    assert proposal.row0_rates(None, confident, 3) is None
+
+    chooser = proposal.Proposal()
+    assert chooser.argmax  # before any step: llama.cpp's sample-and-match
+    chooser.observe((s_rate, a_rate))
+    assert not chooser.argmax
+    for _ in range(30):  # the drafter turns flat where the target is sure: argmax wins within a few steps
+        chooser.observe(proposal.row0_rates((None, np.array([0.0, 0.9, 0.1], dtype=np.float32)),
+                                            (None, np.array([0.3, 0.36, 0.34], dtype=np.float32)), 3))
+    assert chooser.argmax
+    chooser.observe(None)  # an unreadable row changes nothing
+    assert chooser.argmax

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import InvariantError
 from ..native import Context, TokenBatch
+from .proposal import argmax_of
 from .slot import Slot
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,11 @@ class Drafter:
         drafts = {}
         for slot, start, k in where:
             raw = self.ctx.picks(range(start + 1, start + 1 + k))
-            drafts[slot.seq] = self._valid_prefix(raw)
+            if slot.proposal is not None and slot.proposal.argmax:  # rejection sampling from q's argmax (proposal.py)
+                tops = [argmax_of(self.ctx.sampled(start + 1 + i)) for i in range(k)]
+                drafts[slot.seq] = self._valid_prefix(tops[: tops.index(None)] if None in tops else tops)
+            else:
+                drafts[slot.seq] = self._valid_prefix(raw)
             # a sampling chain drew one uniform per block row from a scratch copy of its stream: advance the stream
             # past all of them, or the next block would reuse the same draws (a no-op for a greedy chain)
             self.ctx.accept(slot.seq, [slot.anchor] + raw)

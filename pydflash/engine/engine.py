@@ -15,6 +15,7 @@ Terms (draft block, anchor, accepted, bonus, commit, rollback, target features) 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import random
@@ -29,7 +30,7 @@ from ..config import EngineConfig
 from ..errors import ContextOverflow, EngineClosed, InvalidRequest, InvariantError
 from ..native import Context, ContextParams
 from ..pair import Pair
-from . import adaptive, rejection
+from . import adaptive, proposal, rejection
 from .costs import StepCosts
 from .accept import commit_tokens, greedy_accept, synthetic_accept, synthetic_rate
 from .drafter import Drafter
@@ -288,18 +289,27 @@ class Engine:
         return m, commit_tokens(drafts, picks, m)
 
     def _rejection(self, slot: Slot, drafts: list[int], picks: list[int]) -> tuple[int, list[int]]:
-        """Rejection sampling over the block (rejection.py). p and q are read from llama.cpp's backend-sampled
-        probabilities (already on the host); a vocabulary-sized vector is built only at a rejected row."""
+        """Rejection sampling over the block (rejection.py) from the proposal the slot drafted with (proposal.py).
+        p and q are read from llama.cpp's backend-sampled probabilities (already on the host); a vocabulary-sized
+        vector is built only at a rejected row, and for row 0's acceptance rates."""
         seq, n_vocab = slot.seq, self.model.n_vocab
-        p = lambda i: self.verifier.p(seq, i)  # noqa: E731
-        q = lambda i: self.drafter.q(seq, i)  # noqa: E731
-        return rejection.speculative_commit(
-            drafts, picks,  # picks: the target chain's own samples; the last is the bonus
-            p_of=lambda i: rejection.prob_of(p(i), drafts[i]),
-            q_of=lambda i: rejection.prob_of(q(i), drafts[i]),
-            rows=lambda i: (rejection.dense(p(i), n_vocab), rejection.dense(q(i), n_vocab)),
-            rng=self._rngs[seq],
-        )
+        # each row read once: a read checks the row (O(vocabulary) for a top-p row), and rows are read again for
+        # the whole row (a rejection) and for row 0's rates
+        p = functools.lru_cache(maxsize=None)(lambda i: self.verifier.p(seq, i))
+        q = functools.lru_cache(maxsize=None)(lambda i: self.drafter.q(seq, i))
+        if slot.proposal.argmax:  # a point-mass proposal: the rule reduces to sample-and-match
+            m = greedy_accept(drafts, picks)
+            out = m, commit_tokens(drafts, picks, m)
+        else:
+            out = rejection.speculative_commit(
+                drafts, picks,  # picks: the target chain's own samples; the last is the bonus
+                p_of=lambda i: rejection.prob_of(p(i), drafts[i]),
+                q_of=lambda i: rejection.prob_of(q(i), drafts[i]),
+                rows=lambda i: (rejection.dense(p(i), n_vocab), rejection.dense(q(i), n_vocab)),
+                rng=self._rngs[seq],
+            )
+        slot.proposal.observe(proposal.row0_rates(p(0), q(0), n_vocab))
+        return out
 
     def _emit(self, slot: Slot, committed: list[int]) -> tuple[list[int], str]:
         """Append committed tokens until EOS, a stop string or max_tokens; nothing past them is emitted."""
@@ -375,7 +385,8 @@ class Engine:
             # the prompt but its last token goes through the target in chunks (step); the last is the first anchor
             slot = Slot(seq=i, request=req, prompt=tokens, draft_max=draft, stats=Stats(n_prompt=len(tokens)),
                         text=TextStream(req.stop), policy=adaptive.SlotPolicy(),
-                        prefill=list(tokens[:-1]), anchor=tokens[-1], admitted=next(self._admissions))
+                        prefill=list(tokens[:-1]), anchor=tokens[-1], admitted=next(self._admissions),
+                        proposal=proposal.Proposal() if req.rejection and self.drafter is not None else None)
             self.target_ctx.set_sampling(i, req.sampling)
             if self.drafter is not None:  # q for rejection sampling, else the drafter's argmax
                 self.drafter.ctx.set_sampling(i, req.draft_sampling)

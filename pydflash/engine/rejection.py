@@ -47,15 +47,20 @@ def prob_of(row, token: int) -> Optional[float]:
 
 def dense(row, n_vocab: int) -> np.ndarray:
     """A row as a [n_vocab] vector (vocabulary-sized: only for the one rejected row of a step). A row over the
-    whole vocabulary in id order is returned as it is (a view, no copy)."""
+    whole vocabulary in id order is returned as it is (a view, no copy). A top-p row lists the whole vocabulary
+    sorted by probability with zeros past the nucleus: only its positive prefix is scattered (the full scatter
+    cost ~1 ms at 262k tokens)."""
     ids, probs = row
     if ids is None and len(probs) == n_vocab:
         return probs
     out = np.zeros(n_vocab, dtype=probs.dtype)
     if ids is None:
         out[: len(probs)] = probs
-    else:
-        out[ids] = probs
+        return out
+    nz = int(np.count_nonzero(probs))
+    if nz < len(probs) and probs[nz - 1] > 0 and not probs[nz:].any():  # zeros only past a positive prefix
+        ids, probs = ids[:nz], probs[:nz]
+    out[ids] = probs
     return out
 
 
@@ -72,14 +77,32 @@ def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     return r / r.sum()
 
 
+_BLOCK = 1024  # sample()'s two-level search: block sums, then one block's running sum
+
+
 def sample(weights: np.ndarray, u: float) -> int:
-    """Inverse-CDF sample of [V] non-negative weights (normalised here, in float64) with a uniform u in [0, 1);
-    never a zero-weight index."""
-    cdf = np.cumsum(weights, dtype=np.float64)
-    i = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
-    if i >= len(weights) or weights[i] <= 0:  # u * total rounded onto the last boundary
-        i = int(np.flatnonzero(weights > 0)[-1])
-    return i
+    """Inverse-CDF sample of [V] non-negative weights (normalised here) with a uniform u in [0, 1); never a
+    zero-weight index.
+
+    Two levels instead of one float64 cumsum over the vocabulary (2.2 ms at 262k tokens, most of a rejected
+    step's host time on the H200): sums of 1024-weight blocks, their float64 running sum to find the block, then
+    the running sum inside that block alone (~0.2 ms in all)."""
+    n = len(weights)
+    n_full = n - n % _BLOCK
+    sums = weights[:n_full].reshape(-1, _BLOCK).sum(axis=1, dtype=np.float64)
+    if n_full < n:
+        sums = np.append(sums, weights[n_full:].sum(dtype=np.float64))
+    cdf = np.cumsum(sums)
+    target = u * cdf[-1]
+    b = min(int(np.searchsorted(cdf, target, side="right")), len(cdf) - 1)
+    lo = b * _BLOCK
+    block = weights[lo : lo + _BLOCK]
+    inner = np.cumsum(block, dtype=np.float64) + (cdf[b - 1] if b else 0.0)
+    j = int(np.searchsorted(inner, target, side="right"))
+    if j >= len(block) or block[j] <= 0:  # target rounded onto the block's end: its last positive weight
+        pos = np.flatnonzero(block > 0)
+        return lo + int(pos[-1]) if len(pos) else int(np.flatnonzero(weights > 0)[-1])
+    return lo + j
 
 
 def accepts(p_x: float, q_x: float, u: float) -> bool:

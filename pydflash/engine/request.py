@@ -15,6 +15,9 @@ from .stats import Stats
 
 _ids = itertools.count()
 SAMPLING_MODES = ("rejection", "match")
+# q keeps only the drafter's 256 likeliest tokens (any q keeps the output exact; docs/sampling.md): each block row
+# then hands the host 256 probabilities instead of the vocabulary's, and top-p sorts 256 candidates, not 262k
+DRAFT_TOP_K = 256
 
 
 def _fail(msg: str):
@@ -148,7 +151,8 @@ class Request:
         its argmax."""
         if not self.rejection:
             return ("greedy",)
-        return ("dist", self.temperature, self.top_k, self.top_p, drafter_seed(self._seed))
+        top_k = min(self.top_k, DRAFT_TOP_K) if self.top_k else DRAFT_TOP_K
+        return ("dist", self.temperature, top_k, self.top_p, drafter_seed(self._seed))
 
 
 @dataclass

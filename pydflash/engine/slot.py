@@ -9,6 +9,7 @@ import numpy as np
 
 from ..errors import InvariantError
 from .adaptive import SlotPolicy
+from .proposal import Proposal
 from .request import Request
 from .stats import Stats
 from .text import TextStream
@@ -43,6 +44,7 @@ class Slot:
     generated: list[int] = field(default_factory=list)
     finish_reason: Optional[str] = None
     policy: SlotPolicy = field(default_factory=SlotPolicy)  # adaptive drafting state
+    proposal: Optional[Proposal] = None  # rejection sampling's proposal choice (a sampling request with a drafter)
 
     @property
     def prefilled(self) -> bool:
