@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import pathlib
 import statistics
 import sys
@@ -101,8 +102,9 @@ def latency(base: str, n: int) -> dict:
 
 
 def measure(base: str, a: argparse.Namespace) -> dict:
+    load = os.getloadavg()[0]  # the machine is shared: what else ran shows here
     levels = [asyncio.run(level(base, c, a)) for c in a.clients]
-    return {"levels": levels, "latency": latency(base, a.latency_requests)}
+    return {"loadavg_1min_at_start": load, "levels": levels, "latency": latency(base, a.latency_requests)}
 
 
 def run_direct(cfg: pathlib.Path, a: argparse.Namespace, log_dir: pathlib.Path) -> dict:
@@ -140,10 +142,11 @@ def median_latency(rounds: list[dict], cond: str, key: str):
 
 def split(rounds: list[dict], cond: str, i: int) -> str:
     """How the timed requests spread over the replicas, per round: " (4/4, 3/5)"; nothing for one replica."""
-    per = [r[cond]["levels"][i].get("per_replica", []) for r in rounds]
-    if all(len(p) < 2 for p in per):
+    n = int(cond.split("-")[1]) if cond.startswith("serve-") else 1
+    if n < 2:
         return ""
-    return " (" + ", ".join("/".join(map(str, p)) for p in per) + ")"
+    per = [r[cond]["levels"][i].get("per_replica", []) for r in rounds]
+    return " (" + ", ".join("/".join(map(str, [0] * (n - len(p)) + p)) for p in per) + ")"
 
 
 def ratio(x, y) -> str:
@@ -172,7 +175,9 @@ def markdown(report: dict) -> str:
         row += [f"**{ratio(tps[f'serve-{r}'], tps['serve-1'])}**" for r in a["replicas"] if r > 1]
         row.append(ratio(tps["serve-1"], tps["direct"]))
         out.append("| " + " | ".join(row) + " |")
-    out += ["", "Per request, one client (what the Ray path adds over the direct server):", "",
+    loads = "; ".join(", ".join(f"{k} {r[k].get('loadavg_1min_at_start', 0):.1f}" for k in conds) for r in rounds)
+    out += ["", f"Load average (1 min) when each condition started, by round: {loads}.",
+            "", "Per request, one client (what the Ray path adds over the direct server):", "",
             "| | " + " | ".join(names[c] for c in conds) + " | Ray adds (1 replica - direct) |",
             "|---" * (len(conds) + 2) + "|"]
     lat = {k: median_latency(rounds, k, "p50_ms") for k in conds}

@@ -10,6 +10,9 @@ Clients talk to Serve's HTTP proxy on loopback (the real ``openai`` client and h
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sys
 import time
 
 import pytest
@@ -40,6 +43,7 @@ def cluster(models_toml):
     from pydflash.serve.ray import build
 
     port = free_port()
+    saved = dict(os.environ), signal.getsignal(signal.SIGTERM), sys.excepthook
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
@@ -55,6 +59,12 @@ def cluster(models_toml):
     finally:
         serve.shutdown()
         ray.shutdown()
+        # ray.init leaves RAY_* variables, a SIGTERM handler and an excepthook in this (shared) pytest process
+        env, sigterm, hook = saved
+        os.environ.clear()
+        os.environ.update(env)
+        signal.signal(signal.SIGTERM, sigterm)
+        sys.excepthook = hook
 
 
 @pytest.fixture(scope="module")
