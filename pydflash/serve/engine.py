@@ -47,16 +47,25 @@ class EngineReplica:
                 log.error("default model %s failed to load: %s", models.default, exc)
 
     async def forward(self, path: str, body: bytes) -> AsyncIterator[Union[dict, bytes]]:
-        """The worker app's answer to ``body`` at ``path``, from the request's model: the head, then bytes."""
-        answered = False
+        """The worker app's answer to ``body`` at ``path``, from the request's model: the head, then the body's
+        bytes as they come; an answer that is not a stream comes whole, as the head's ``body`` (one hop less)."""
+        head = None
         try:
             async for part in self._answer(serve.get_multiplexed_model_id(), path, body):
                 if isinstance(part, asgi.Head):
-                    answered = True
-                    part = self._head(part)
-                yield part
+                    head = self._head(part)
+                    if not part.headers.get("content-type", "").startswith("text/event-stream"):
+                        head["body"] = b""
+                        continue
+                    yield head
+                elif "body" in head:
+                    head["body"] += part
+                else:
+                    yield part
+            if head is not None and "body" in head:
+                yield head
         except Exception as exc:  # no model, or the app failed before it answered: an envelope, not a Ray error
-            if answered:
+            if head is not None:
                 raise
             for part in self._error(exc):
                 yield part
@@ -86,5 +95,5 @@ class EngineReplica:
     def _error(self, exc: BaseException):
         err = to_api_error(exc)
         headers = {"content-type": "application/json", **{k.lower(): v for k, v in err.headers.items()}}
-        yield {"status": err.status, "headers": headers, "replica": self.replica}
-        yield json.dumps(envelope(err)).encode()
+        yield {"status": err.status, "headers": headers, "replica": self.replica,
+               "body": json.dumps(envelope(err)).encode()}

@@ -59,17 +59,10 @@ class ServeProxy:
         self.served.add(key)
         headers = {k: v for k, v in head["headers"].items() if k.lower() in RELAYED_HEADERS}
         headers[REPLICA_HEADER] = head["replica"]
-        if stream and head["status"] == 200:
-            headers.update({"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-            return StreamingResponse(self._relay(key, gen), headers=headers)
-        try:
-            body = b"".join([chunk async for chunk in gen])
-        except LOST as exc:
-            raise self._lost(key, exc)
-        except BaseException:  # cancelled (our client went away): the replica stops too
-            gen.cancel()
-            raise
-        return Response(body, status_code=head["status"], headers=headers)
+        if "body" in head:  # a whole answer: JSON, or an error before any stream byte
+            return Response(head["body"], status_code=head["status"], headers=headers)
+        headers.update({"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(self._relay(key, gen), status_code=head["status"], headers=headers)
 
     async def _open(self, key: str, path: str, raw: bytes) -> tuple[DeploymentResponseGenerator, dict]:
         """Send the request and wait for the replica's head."""
