@@ -104,3 +104,31 @@ def test_sigkill_worker_mid_stream(pair_server):
         time.sleep(0.2)
     assert worker_pid(srv, "alpha") != victim
     assert srv.metric("pydflash_worker_restarts_total", model="alpha") == 1
+
+
+def test_a_native_abort_names_its_cause_in_the_router_log(tiny, tmp_path):
+    """A worker killed by a native abort mid-step (GGML_ASSERT, a CUDA error: SIGABRT, no Python traceback) is
+    reported with its exit status and the cause faulthandler wrote, not a stack frame or 'still running', even
+    when the client sees the stream break before the process is reaped."""
+    p = tiny("llama")
+    log_path = tmp_path / "router.log"
+    with open(log_path, "wb") as log:
+        srv = Server(["-m", str(p.target), "-md", str(p.drafter), "-np", "1", "-c", "2048"], log=log)
+        try:
+            victim = srv.worker_pids()[0] if srv.worker_pids() else None
+            body = {"prompt": "hello", "max_tokens": 1500, "ignore_eos": True, "temperature": 0, "stream": True}
+            with srv.http().stream("POST", "/v1/completions", json=body) as r:
+                n = 0
+                for line in r.iter_lines():
+                    n += line.startswith("data: ")
+                    if n == 3:
+                        victim = victim or srv.worker_pids()[0]
+                        os.kill(victim, signal.SIGABRT)
+            deadline = time.monotonic() + 10
+            while b"lost the worker" not in log_path.read_bytes() and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            srv.stop()
+    lost = [ln for ln in log_path.read_text().splitlines() if "lost the worker" in ln]
+    assert lost, log_path.read_text()[-2000:]
+    assert "status -6" in lost[0] and "Fatal Python error: Aborted" in lost[0], lost[0]

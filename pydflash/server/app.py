@@ -175,7 +175,7 @@ async def _forward(router: Router, path: str, model: Optional[str], stream: bool
             try:
                 resp = await w.client.send(req, stream=True)
             except httpx.TransportError as exc:
-                raise _worker_gone(w, exc)
+                raise await _worker_gone(w, exc)
             if resp.status_code != 200:  # refused before any SSE byte: relay the error as it is
                 body = await resp.aread()
                 await resp.aclose()
@@ -186,7 +186,7 @@ async def _forward(router: Router, path: str, model: Optional[str], stream: bool
         resp = await _send_watching(w.client, path, raw, headers, http)
         return Response(resp.content, status_code=resp.status_code, headers=_relayed(resp))
     except httpx.TransportError as exc:
-        raise _worker_gone(w, exc)
+        raise await _worker_gone(w, exc)
     finally:
         if not released:
             router.release(w)
@@ -215,7 +215,7 @@ async def _relay(router: Router, w, resp: httpx.Response):
         async for chunk in resp.aiter_raw():
             yield chunk
     except httpx.TransportError as exc:  # the worker died mid-stream: tell the client, then end the stream
-        err = _worker_gone(w, exc)
+        err = await _worker_gone(w, exc)
         yield f"data: {json.dumps(envelope(err))}\n\n".encode()
         yield b"data: [DONE]\n\n"
     finally:
@@ -227,8 +227,9 @@ def _relayed(resp: httpx.Response) -> dict:
     return {k: v for k, v in resp.headers.items() if k.lower() in RELAYED_HEADERS}
 
 
-def _worker_gone(w, exc: Exception) -> ModelUnavailable:
+async def _worker_gone(w, exc: Exception) -> ModelUnavailable:
     # the worker's own last words (a native assert, an engine failure) go to its stderr, which only the router
     # holds: say them here too, since a client or benchmark may stop the server before the respawn logs them
-    log.error("lost the worker of model %s: %s (worker %s)", log_safe(w.preset.name), exc, log_safe(w.exit_report()))
+    report = await w.settled_exit_report()
+    log.error("lost the worker of model %s: %s (worker %s)", log_safe(w.preset.name), exc, log_safe(report))
     return ModelUnavailable(f"the worker serving {w.preset.name!r} failed; retry shortly")

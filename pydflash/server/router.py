@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,10 @@ from .preset import Preset, ServerModels
 log = logging.getLogger(__name__)
 LOAD_TIMEOUT_S = 300.0
 RETRY_AFTER_S = 2
+
+
+# what a dying worker says of the cause (Python, ggml, CUDA), as against stack frames
+_CAUSE = re.compile(r"Error|GGML_ASSERT|error:|Fatal Python error|Aborted|Segmentation fault")
 
 
 class ModelNotFound(NotFoundError):
@@ -107,7 +112,10 @@ class Worker:
         self._stderr.seek(0)
         lines = [ln for ln in self._stderr.read().decode("utf-8", "replace").splitlines() if ln.strip()]
         marked = [ln.split("LOAD-ERROR: ", 1)[1] for ln in lines if "LOAD-ERROR: " in ln]
-        return (marked or lines or [""])[-1][:500]
+        # after a native abort the last line is a stack frame (faulthandler's, or ggml's backtrace): the cause is
+        # the last line that names one
+        causes = [ln for ln in lines if _CAUSE.search(ln)]
+        return (marked or causes or lines or [""])[-1][:500]
 
     def exit_report(self) -> str:
         """For logs: the process's exit status and its last stderr line, or that it still runs."""
@@ -115,6 +123,14 @@ class Worker:
         if status is None:
             return "still running"
         return f"status {status}; last words: {self.last_error()}"
+
+    async def settled_exit_report(self, wait_s: float = 2.0) -> str:
+        """exit_report once a dying worker has exited: its connections close a moment before the process is
+        reaped, and the report is the only place its last words are kept."""
+        deadline = time.monotonic() + wait_s
+        while self.alive and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return self.exit_report()
 
     @property
     def alive(self) -> bool:

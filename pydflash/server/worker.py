@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import logging
 import os
 import sys
@@ -132,6 +133,9 @@ def main(argv=None) -> None:
     p.add_argument("--uds", required=True, help="Unix socket to serve on")
     p.add_argument("--log-level", default="warning")
     args = p.parse_args(argv)
+    # a native abort or fault mid-step (GGML_ASSERT, CUDA) kills the process without a Python traceback: dump every
+    # thread's Python stack to stderr, where the router's exit report reads the last words
+    faulthandler.enable()
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s worker %(name)s %(levelname)s %(message)s")
     preset = Preset.from_json(args.preset)
     try:
