@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 
 import pytest
@@ -28,10 +29,11 @@ REPLICA = "x-pydflash-replica"
 
 @pytest.fixture(scope="module")
 def models_toml(tiny, tmp_path_factory):
-    a, b = tiny("gemma3"), tiny("llama")
+    a, b, c = tiny("gemma3"), tiny("llama"), tiny("qwen3")
     return write_models_toml(tmp_path_factory.mktemp("serve") / "models.toml", {
         "alpha": {"target": str(a.target), "drafter": str(a.drafter), "n_slots": 2, "n_ctx_slot": 2048},
         "beta": {"target": str(b.target), "drafter": str(b.drafter), "n_slots": 2, "n_ctx_slot": 2048},
+        "gamma": {"target": str(c.target), "drafter": str(c.drafter), "n_slots": 2, "n_ctx_slot": 2048},
     }, default="alpha")
 
 
@@ -141,7 +143,7 @@ def test_each_model_stays_on_its_replica(cluster):
 
 def test_errors_come_from_the_app(cluster):
     with http(cluster) as c:
-        r = c.post("/v1/completions", json={"model": "gamma", "prompt": "x"})
+        r = c.post("/v1/completions", json={"model": "delta", "prompt": "x"})
         assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
         r = c.post("/v1/completions", json={"model": "alpha", "prompt": "x", "max_tokens": 0})
         assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
@@ -150,7 +152,41 @@ def test_errors_come_from_the_app(cluster):
         r = c.post("/tokenize", json={"model": "beta", "content": "hello"})
         assert r.status_code == 200 and r.json()["tokens"]
         models = c.get("/v1/models").json()["data"]
-        assert {m["id"]: m["meta"]["resident"] for m in models} == {"alpha": True, "beta": True}
+        assert {m["id"]: m["meta"]["resident"] for m in models} == {"alpha": True, "beta": True, "gamma": False}
+
+
+def stream_frames(base, model, out: list, started: threading.Event) -> None:
+    body = {"model": model, "prompt": "hello", "max_tokens": 400, "ignore_eos": True, "temperature": 0,
+            "stream": True}
+    with http(base) as c, c.stream("POST", "/v1/completions", json=body) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                out.append(line[6:])
+                if len(out) == 3:
+                    started.set()
+
+
+def test_eviction_lets_running_streams_finish(cluster):
+    """Both replicas stream (alpha, beta); gamma then evicts one of them mid-stream: both streams still end with
+    their finish_reason and [DONE], and the evicted model loads again on request."""
+    frames = {"alpha": [], "beta": []}
+    started = {m: threading.Event() for m in frames}
+    threads = [threading.Thread(target=stream_frames, args=(cluster, m, frames[m], started[m])) for m in frames]
+    for t in threads:
+        t.start()
+    assert all(e.wait(TIMEOUT) for e in started.values())
+    r = complete(cluster, "gamma")
+    assert r.status_code == 200, r.text
+    for t in threads:
+        t.join(TIMEOUT)
+        assert not t.is_alive()
+    for model, fs in frames.items():
+        assert fs[-1] == "[DONE]", (model, fs[-2:])
+        assert json.loads(fs[-2])["choices"][0]["finish_reason"] == "length", (model, fs[-2])
+    for model in ("alpha", "beta", "gamma"):
+        r = complete(cluster, model)
+        assert r.status_code == 200 and r.json()["model"] == model, r.text
 
 
 def test_replica_killed_mid_stream(cluster):
