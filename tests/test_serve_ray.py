@@ -30,10 +30,13 @@ REPLICA = "x-pydflash-replica"
 @pytest.fixture(scope="module")
 def models_toml(tiny, tmp_path_factory):
     a, b, c = tiny("gemma3"), tiny("llama"), tiny("qwen3")
-    return write_models_toml(tmp_path_factory.mktemp("serve") / "models.toml", {
+    folder = tmp_path_factory.mktemp("serve")
+    (folder / "broken.gguf").write_text("not a GGUF file")
+    return write_models_toml(folder / "models.toml", {
         "alpha": {"target": str(a.target), "drafter": str(a.drafter), "n_slots": 2, "n_ctx_slot": 2048},
         "beta": {"target": str(b.target), "drafter": str(b.drafter), "n_slots": 2, "n_ctx_slot": 2048},
         "gamma": {"target": str(c.target), "drafter": str(c.drafter), "n_slots": 2, "n_ctx_slot": 2048},
+        "broken": {"target": str(folder / "broken.gguf"), "drafter": ""},
     }, default="alpha")
 
 
@@ -152,7 +155,11 @@ def test_errors_come_from_the_app(cluster):
         r = c.post("/tokenize", json={"model": "beta", "content": "hello"})
         assert r.status_code == 200 and r.json()["tokens"]
         models = c.get("/v1/models").json()["data"]
-        assert {m["id"]: m["meta"]["resident"] for m in models} == {"alpha": True, "beta": True, "gamma": False}
+        assert {m["id"]: m["meta"]["resident"] for m in models} == {"alpha": True, "beta": True, "gamma": False,
+                                                                    "broken": False}
+        r = c.post("/v1/completions", json={"model": "broken", "prompt": "x", "max_tokens": 2})
+        assert r.status_code == 503 and "failed to load" in r.json()["error"]["message"], r.text
+        assert "retry-after" in r.headers
 
 
 def stream_frames(base, model, out: list, started: threading.Event) -> None:
