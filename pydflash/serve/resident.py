@@ -45,10 +45,6 @@ class ResidentModel:
         log.info("model %s loaded", preset.name)
         return model
 
-    @property
-    def dead(self) -> bool:
-        return self.loop.dead is not None
-
     async def call(self, path: str, body: bytes) -> AsyncIterator[Union[asgi.Head, bytes]]:
         """The worker's answer to one request, streamed (``asgi.call``). Raises ``Retired`` before any output."""
         with self._lock:
