@@ -9,6 +9,7 @@
 #   remote.sh bench   scripts/bench.py, all modes: 1 request x 512 tokens, 8 requests x 256 tokens
 #   remote.sh long    adaptive modes only, long requests: 1 x 900 tokens (6 rounds), 8 x 600 tokens (4 rounds)
 #   remote.sh eval    the held-out drafter evaluation (scripts/eval_drafter.py)
+#   remote.sh suite   issue 14's bucketed suite + repetition suite (eval_drafter.py --suite), 256 tokens
 #   remote.sh repro   issue 12 item 2: random drafters through the engine on the GPU (scripts/device/repro_random_drafter.py),
 #                     PYDFLASH_VERBOSE=1, the whole log to $OUT/repro_gpu.log
 #   remote.sh nan     issue 12 item 2's mechanism: a drafter with NaN logits, with and without the invalid-id guard
@@ -86,6 +87,10 @@ long)  # remote.sh long [1] [8]: which concurrencies (default both)
 eval)
     use_build
     python3 scripts/eval_drafter.py --ngl -1 --threads 8 --n 40 --tokens 256 --out $OUT/drafter_eval_gpu.json ;;
+suite)
+    use_build
+    python3 scripts/eval_drafter.py --suite --ngl -1 --threads 8 --n 10 --tokens 256 --drafter "${2:-pydflash/models/gemma-3-270m-dflash-q8_0.gguf}" \
+        --out $OUT/drafter_suite_gpu.json ;;
 repro)
     use_build
     set -o pipefail
