@@ -14,6 +14,8 @@ import logging
 import os
 import sys
 
+from .placement import add_placement_args
+
 EXIT_BAD_INPUT = 2
 
 
@@ -46,13 +48,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("-c", "--ctx-size", type=int, default=4096, help="context of each slot")
     g.add_argument("-b", "--batch-size", type=int, default=512, help="prefill chunk")
     g.add_argument("-t", "--threads", type=int, default=0, help="threads (0 = llama.cpp default)")
-    g.add_argument("-ngl", "--n-gpu-layers", type=int, default=None,
-                   help="layers on the GPUs and RPC servers (-1 = all; default 0, or all with --rpc)")
-    g.add_argument("--rpc", metavar="HOST:PORT,...", default=None,
-                   help="llama.cpp ggml-rpc-server(s) that take the target's offloaded layers with the local GPUs "
-                        "(the drafter stays local); unauthenticated: trusted private networks only")
-    g.add_argument("--rpc-allow-public", action="store_true",
-                   help="allow --rpc endpoints on public or wildcard (0.0.0.0) addresses")
+    add_placement_args(g)
     g.add_argument("--draft-max", type=int, default=None, help="drafts per step (default: trained block - 1)")
     g.add_argument("--no-draft-adaptive", action="store_true",
                    help="always draft --draft-max tokens (default: shrink drafting while it does not pay)")

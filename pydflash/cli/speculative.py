@@ -13,6 +13,8 @@ import json
 import os
 import sys
 
+from .placement import add_placement_args
+
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C'd command
 PROG = "pydflash-speculative"
@@ -50,13 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="load a drafter whose embedding scale or logit softcap disagrees with the target's")
     p.add_argument("-c", "--ctx-size", metavar="N", type=int, default=4096, help="context size of the slot")
     p.add_argument("-t", "--threads", metavar="N", type=int, default=0, help="threads (0 = llama.cpp default)")
-    p.add_argument("-ngl", "--n-gpu-layers", metavar="N", type=int, default=None,
-                   help="layers on the GPUs and RPC servers (-1 = all; default 0, or all with --rpc)")
-    p.add_argument("--rpc", metavar="HOST:PORT,...", default=None,
-                   help="llama.cpp ggml-rpc-server(s) that take the target's offloaded layers with the local GPUs "
-                        "(the drafter stays local); unauthenticated: trusted private networks only")
-    p.add_argument("--rpc-allow-public", action="store_true",
-                   help="allow --rpc endpoints on public or wildcard (0.0.0.0) addresses")
+    add_placement_args(p)
     p.add_argument("--no-spec", action="store_true", help="plain decoding through the same engine")
     p.add_argument("--spec-synth-len", metavar="L", type=float, default=None,
                    help="benchmarking only: force this mean acceptance length (a fixed block unless "
