@@ -180,6 +180,8 @@ class GemmaTarget(torch.nn.Module):
             x = x + rms_norm(f, w[p + "post_ffw_norm.weight"], c.rms_eps)
             if il in layers_out:
                 feats[il] = x
+                if logits == "none" and il == max(layers_out):  # the layers above feed nothing asked for
+                    break
         if logits == "none":
             return None, feats
         if logits == "last":

@@ -24,6 +24,13 @@
 #   remote.sh cache   scripts/bench_cache.py: a 6-turn chat with a ~1,000-token system prompt, cache on / off
 #   remote.sh sampling  scripts/bench_sampling.py (issue 15): rejection against sample-and-match at T 0.7 / 1.0,
 #                     without and with top-p 0.9
+#   remote.sh gen [SECONDS] [SKIP] [SLOTS]  issue 14: the target's greedy responses to the carried corpus
+#                     (.device-bench/corpus/prompts.jsonl.gz, pydflash.train.corpus) through pydflash on the GPU, from
+#                     prompt line SKIP; shards stay in $W/data for `train` and come back as data.tar.NN
+#   remote.sh train [SECONDS] [LAYERS]  continue the shipped drafter on $W/data (pydflash.train.trainer), export the
+#                     Q8_0 GGUF to $W/drafter; weights come back as model.safetensors.NN, logs in train_meta.tgz
+#   remote.sh suite2  issue 14's suite for the new drafter ($W/drafter) and the shipped one, and step_costs.py with
+#                     the new drafter (its block against a 16-token verify)
 # Results go to $OUT; each of costs/bench/long/eval fits one 10-minute call.
 set -euo pipefail
 # Other work in progress in the local tree travels with every call; .device-bench/head.tgz (carried, made just
@@ -91,6 +98,30 @@ suite)
     use_build
     python3 scripts/eval_drafter.py --suite --ngl -1 --threads 8 --n 10 --tokens 256 --drafter "${2:-pydflash/models/gemma-3-270m-dflash-q8_0.gguf}" \
         --out $OUT/drafter_suite_gpu.json ;;
+gen)
+    use_build
+    python3 -m pydflash.train.generate --target $W/gemma.gguf --prompts .device-bench/corpus/prompts.jsonl.gz \
+        --out $W/data --ngl -1 --threads 8 --slots "${4:-128}" --n-new 256 --seconds "${2:-400}" --skip "${3:-0}" \
+        2>&1 | grep -v "^llama_\|^load\|^print_info" | tail -40
+    cp $W/data/generate.json $OUT/
+    tar cf - -C $W --exclude=generate.json data | split -b 15000000 -d -a 2 - $OUT/data.tar. ;;
+train)
+    use_build
+    python3 -m pydflash.train.trainer --gguf $W/gemma.gguf --data $W/data --out $W/drafter \
+        --init pydflash/models/gemma-3-270m-dflash.safetensors --layers "${3:-4}" --seconds "${2:-450}" 2>&1 | tail -40
+    python3 -m pydflash.train.export_gguf --drafter $W/drafter --target $W/gemma.gguf --out $W/drafter/drafter-q8_0.gguf \
+        --type q8_0 2>&1 | tail -3
+    split -b 15000000 -d -a 2 $W/drafter/model.safetensors $OUT/model.safetensors.
+    tar czf $OUT/train_meta.tgz -C $W/drafter config.json train.json train.log ;;
+suite2)
+    use_build
+    for which in new old; do
+        d=pydflash/models/gemma-3-270m-dflash-q8_0.gguf
+        [ $which = new ] && d=$W/drafter/drafter-q8_0.gguf
+        python3 scripts/eval_drafter.py --suite --ngl -1 --threads 8 --n 10 --tokens 256 --drafter $d \
+            --out $OUT/drafter_suite_gpu_$which.json 2>&1 | grep -v "^llama_\|^load\|^print_info" | tail -16
+    done
+    python3 scripts/step_costs.py --ngl -1 --drafter $W/drafter/drafter-q8_0.gguf --out $OUT/step_costs_new.json 2>&1 | tail -8 ;;
 repro)
     use_build
     set -o pipefail

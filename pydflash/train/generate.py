@@ -1,0 +1,188 @@
+"""Training responses from the real target: batched plain greedy decoding of the GGUF through pydflash.
+
+    python -m pydflash.train.generate --target TARGET.gguf --prompts prompts.jsonl.gz --out DIR \
+        --ngl -1 --slots 256 --n-new 256 --seconds 400 [--skip N]
+
+The PyTorch port of the target agrees with llama.cpp on only 74.5 % of whole greedy continuations
+(docs/drafter.md), so responses come from the GGUF itself, through the same engine that serves it: a drafter
+trained on them learns what the deployed target says. Prompts are the corpus of ``corpus.py`` (gzip JSONL, one
+``{"kind", "source", "text"}`` per line); chat prompts are tokenized with special tokens parsed, as the server does.
+
+The engine is kept full: requests are queued a few batches ahead and every finished one is written out, so
+the time budget ends the run cleanly at any point. Output: DIR/shard-XXXX.npz, each with
+``tokens`` (int32, rows concatenated: BOS + prompt + response), ``offsets`` (row starts, n_rows + 1),
+``prompt_len``, ``kind`` (index into KINDS), ``index`` (line number in the prompt file), and DIR/generate.json
+(counts, throughput, the command). ``--skip N`` starts at line N, so later sessions continue with new prompts.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import time
+from collections import deque
+from typing import Iterator
+
+import numpy as np
+
+KINDS = ("code", "prose", "chat", "repetition")
+
+
+def read_prompts(path: str, skip: int = 0) -> Iterator[tuple[int, dict]]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if i >= skip:
+                yield i, json.loads(line)
+
+
+class ShardWriter:
+    """Finished rows, flushed to numbered npz files so an interrupted run keeps what it made."""
+
+    def __init__(self, out: str, rows_per_shard: int):
+        self.out, self.rows_per_shard = out, rows_per_shard
+        self.rows: list[tuple[list[int], int, int, int]] = []
+        self.n_shards = 0
+
+    def add(self, tokens: list[int], prompt_len: int, kind: int, index: int) -> None:
+        self.rows.append((tokens, prompt_len, kind, index))
+        if len(self.rows) >= self.rows_per_shard:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.rows:
+            return
+        lens = [len(r[0]) for r in self.rows]
+        np.savez_compressed(
+            os.path.join(self.out, f"shard-{self.n_shards:04d}.npz"),
+            tokens=np.concatenate([np.asarray(r[0], dtype=np.int32) for r in self.rows]),
+            offsets=np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
+            prompt_len=np.asarray([r[1] for r in self.rows], dtype=np.int32),
+            kind=np.asarray([r[2] for r in self.rows], dtype=np.int8),
+            index=np.asarray([r[3] for r in self.rows], dtype=np.int64),
+        )
+        self.n_shards += 1
+        self.rows = []
+
+
+def load_shards(folder: str) -> dict[str, np.ndarray]:
+    """Every shard of a folder (or of several, comma-separated) as one ragged set of rows."""
+    parts = []
+    for d in folder.split(","):
+        for name in sorted(os.listdir(d)):
+            if name.startswith("shard-") and name.endswith(".npz"):
+                z = np.load(os.path.join(d, name))
+                parts.append({k: z[k] for k in z.files})
+    if not parts:
+        raise FileNotFoundError(f"no shard-*.npz in {folder}")
+    tokens = np.concatenate([p["tokens"] for p in parts])
+    starts = np.concatenate([p["offsets"][:-1] + sum(len(q["tokens"]) for q in parts[:i]) for i, p in enumerate(parts)])
+    lens = np.concatenate([np.diff(p["offsets"]) for p in parts])
+    return {"tokens": tokens, "starts": starts.astype(np.int64), "lens": lens.astype(np.int64),
+            **{k: np.concatenate([p[k] for p in parts]) for k in ("prompt_len", "kind", "index")}}
+
+
+def run(args) -> dict:
+    from ..api import load
+    from ..cache.config import CacheConfig
+    from ..config import EngineConfig
+    from ..engine.request import Request
+
+    os.makedirs(args.out, exist_ok=True)
+    # no prompt cache: prompts rarely share prefixes here, and a cache would only hold memory and copy KV
+    cfg = EngineConfig(n_slots=args.slots, n_ctx_slot=args.max_prompt + args.n_new + 8, n_batch=args.n_batch,
+                       n_ubatch=min(args.n_batch, 512), n_gpu_layers=args.ngl, n_threads=args.threads,
+                       check_invariants=False)
+    llm = load(args.target, None, cfg, cache=CacheConfig(reuse=False, ram_mib=0, checkpoint_every=0))
+    engine = llm.engine
+    model = engine.model
+    writer = ShardWriter(args.out, args.shard_rows)
+    prompts = read_prompts(args.prompts, args.skip)
+    pending: dict[int, tuple[list[int], int, int]] = {}  # request id -> (prompt tokens, kind, line)
+    counts = {"rows": 0, "prompt_tokens": 0, "response_tokens": 0, "too_long": 0, "stopped": 0,
+              "by_kind": {k: 0 for k in KINDS}}
+    last_line = args.skip - 1
+    t0 = time.perf_counter()
+    deadline = t0 + args.seconds
+    exhausted = False
+
+    def refill():
+        nonlocal exhausted, last_line
+        while not exhausted and len(engine.queue) < args.slots and time.perf_counter() < deadline:
+            nxt = next(prompts, None)
+            if nxt is None or (args.max_rows and counts["rows"] + len(pending) >= args.max_rows):
+                exhausted = True
+                return
+            line, p = nxt
+            last_line = line
+            kind = KINDS.index(p["kind"])
+            toks = model.tokenize(p["text"], add_special=True, parse_special=p["kind"] == "chat")
+            if len(toks) > args.max_prompt:
+                counts["too_long"] += 1
+                continue
+            req = Request(toks, max_tokens=args.n_new, cache_prompt=False)
+            engine.submit(req)
+            pending[req.id] = (toks, kind, line)
+
+    refill()
+    last_log = t0
+    while engine.has_work:
+        for ev in engine.step():
+            if not ev.finished:
+                continue
+            toks, kind, line = pending.pop(ev.request_id)
+            res = ev.result
+            writer.add(toks + list(res.tokens), len(toks), kind, line)
+            counts["rows"] += 1
+            counts["prompt_tokens"] += len(toks)
+            counts["response_tokens"] += len(res.tokens)
+            counts["stopped"] += res.finish_reason == "stop"
+            counts["by_kind"][KINDS[kind]] += 1
+        now = time.perf_counter()
+        if now >= deadline:  # drop what is still running: a half response would teach a false ending
+            for rid in list(pending):
+                engine.cancel(rid)
+            pending.clear()
+            break
+        refill()
+        if now - last_log > args.log_every:
+            last_log = now
+            el = now - t0
+            print(f"[{el:6.0f}s] rows {counts['rows']} response tokens {counts['response_tokens']} "
+                  f"({counts['response_tokens'] / el:.0f} tok/s)", flush=True)
+    writer.flush()
+    llm.close()
+    el = time.perf_counter() - t0
+    summary = {**counts, "seconds": round(el, 1), "response_tok_per_s": round(counts["response_tokens"] / el, 1),
+               # prompts cut by the deadline are not written; the next session starts after the last line
+               # read, so they are skipped rather than generated twice
+               "next_skip": last_line + 1, "prompts_exhausted": exhausted, "shards": writer.n_shards,
+               "args": vars(args), "command": " ".join(sys.argv)}
+    with open(os.path.join(args.out, "generate.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    print(json.dumps({k: v for k, v in summary.items() if k not in ("args",)}), flush=True)
+    return summary
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--prompts", required=True, help="gzip JSONL from pydflash.train.corpus")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--ngl", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--slots", type=int, default=64)
+    ap.add_argument("--n-new", type=int, default=256)
+    ap.add_argument("--max-prompt", type=int, default=1024, help="longer prompts are skipped")
+    ap.add_argument("--n-batch", type=int, default=2048)
+    ap.add_argument("--seconds", type=float, default=300)
+    ap.add_argument("--max-rows", type=int, default=0, help="0: until the prompts or the time run out")
+    ap.add_argument("--skip", type=int, default=0, help="start at this prompt line")
+    ap.add_argument("--shard-rows", type=int, default=4096)
+    ap.add_argument("--log-every", type=float, default=20)
+    run(ap.parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()

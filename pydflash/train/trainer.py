@@ -1,0 +1,248 @@
+"""Train (or keep training) the drafter on responses the GGUF target generated (``generate.py``).
+
+    python -m pydflash.train.trainer --gguf TARGET.gguf --data DIR[,DIR...] --out OUT \
+        --init pydflash/models --seconds 500 [--layers 4]
+
+Unlike ``pipeline.py`` (fixed 96-token prompts, responses and features from the PyTorch port, all held in GPU
+memory), rows here have any prompt length (3 to ~1,000 tokens) and their tokens are the GGUF's own. Features are
+computed batch by batch by the PyTorch port (teacher-forced over the GGUF's tokens), so the data can outgrow GPU
+memory: 20 M tokens of features would take 128 GB.
+
+- Batches draw rows of similar length (sorted buckets) and size themselves to a token budget, so a batch of
+  short chat turns and one of 1,000-token files cost about the same.
+- Anchors sit only in the response: prompt text is human-written, and the drafter's job is to guess the target.
+- ``--init DIR`` continues from a drafter (``model.safetensors`` + ``config.json``, z-lab layout). With
+  ``--layers`` above its depth, the new layers start as the identity (zero output projections), so training
+  starts from the old drafter's function instead of from noise.
+- A slice of the rows (``--holdout``) is never trained on; the simulated greedy tau on it is logged for the
+  starting weights and the result, per kind.
+
+Writes OUT/model.safetensors (bf16), OUT/config.json, OUT/train.json (metrics, loss history, args).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+
+import numpy as np
+import torch
+
+from .drafter import DFlashDrafter, DrafterConfig, draft_logits_loss
+from .evaluate import evaluate
+from .generate import KINDS, load_shards
+from .pipeline import Log, save_drafter
+from .target import GemmaTarget, load_gguf_weights
+
+PAD = 0
+
+
+class Rows:
+    """The ragged rows of a data folder, split into train / holdout, bucketed by length."""
+
+    def __init__(self, data: dict, max_len: int, holdout: float, seed: int):
+        resp = data["lens"] - data["prompt_len"]
+        keep = np.flatnonzero((resp >= 3) & (data["prompt_len"] + 2 < max_len))
+        rng = np.random.default_rng(seed)
+        rng.shuffle(keep)
+        n_hold = int(len(keep) * holdout)
+        self.data, self.max_len = data, max_len
+        self.holdout, self.train = keep[:n_hold], keep[n_hold:]
+        lens = np.minimum(data["lens"][self.train], max_len)
+        self.order = self.train[np.argsort(lens, kind="stable")]
+        self.sorted_lens = np.sort(lens)
+
+    def row(self, i: int) -> tuple[np.ndarray, int]:
+        s, n = int(self.data["starts"][i]), int(min(self.data["lens"][i], self.max_len))
+        return self.data["tokens"][s:s + n], int(self.data["prompt_len"][i])
+
+    def batch(self, rng: np.random.Generator, token_budget: int, max_rows: int) -> list[int]:
+        """Rows of similar length around a random pick: as many as fit the token budget."""
+        j = int(rng.integers(len(self.order)))
+        n = int(max(1, min(max_rows, token_budget // max(int(self.sorted_lens[j]), 1))))
+        lo = max(0, min(j - n // 2, len(self.order) - n))
+        return self.order[lo:lo + n].tolist()
+
+
+def pad(rows: list[tuple[np.ndarray, int]], device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    L = max(len(t) for t, _ in rows)
+    tok = np.full((len(rows), L), PAD, dtype=np.int64)
+    for i, (t, _) in enumerate(rows):
+        tok[i, :len(t)] = t
+    lens = torch.tensor([len(t) for t, _ in rows], device=device)
+    starts = torch.tensor([p for _, p in rows], device=device)
+    return torch.from_numpy(tok).to(device), lens, starts
+
+
+@torch.no_grad()
+def features(target: GemmaTarget, tokens: torch.Tensor, layer_ids) -> torch.Tensor:
+    """Teacher-forced target features; padding sits after each row's end, so the causal mask keeps it out.
+    bf16 on a GPU (the drafter trains under bf16 autocast there), f32 on a CPU (no autocast)."""
+    _, f = target(tokens, 0, layers_out=tuple(layer_ids), logits="none")
+    return torch.cat([f[j] for j in layer_ids], dim=-1).to(torch.bfloat16 if tokens.is_cuda else torch.float32)
+
+
+def init_files(path: str) -> tuple[str, str]:
+    """(weights, config.json) of a drafter: a z-lab folder, or a .safetensors file with ``<stem>.config.json`` beside
+    it (how pydflash/models ships them)."""
+    if os.path.isdir(path):
+        return os.path.join(path, "model.safetensors"), os.path.join(path, "config.json")
+    stem = path[: -len(".safetensors")] if path.endswith(".safetensors") else path
+    cfg = stem + ".config.json"
+    return path, cfg if os.path.exists(cfg) else os.path.join(os.path.dirname(path), "config.json")
+
+
+def load_init(path: str, layers: int, device) -> DFlashDrafter:
+    from safetensors.torch import load_file
+    weights, config = init_files(path)
+    with open(config) as f:
+        hf = json.load(f)
+    cfg = DrafterConfig.from_hf_config(hf)
+    old = cfg.num_hidden_layers
+    if layers and layers != old:
+        if layers < old:
+            raise ValueError(f"--layers {layers} is below the initial drafter's {old}")
+        cfg = DrafterConfig(**{**cfg.__dict__, "num_hidden_layers": layers})
+    model = DFlashDrafter(cfg)
+    sd = load_file(weights)
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    if unexpected or any(not k.startswith("layers.") for k in missing):
+        raise ValueError(f"{path}: weights do not fit the config (missing {missing[:3]}, unexpected {unexpected[:3]})")
+    for layer in model.layers[old:]:  # new layers: the identity at the start (the residual passes through)
+        torch.nn.init.zeros_(layer.self_attn.o_proj.weight)
+        torch.nn.init.zeros_(layer.mlp.down_proj.weight)
+    return model.to(device)
+
+
+def holdout_eval(model, embd, target, rows: Rows, layer_ids, n_per_kind: int, device) -> dict:
+    out = {}
+    kinds = rows.data["kind"][rows.holdout]
+    for k, name in enumerate(KINDS):
+        idx = rows.holdout[kinds == k][:n_per_kind]
+        if not len(idx):
+            continue
+        steps = committed = 0
+        for i in idx:
+            tok, lens, starts = pad([rows.row(int(i))], device)
+            f = features(target, tok, layer_ids)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+                r = evaluate(model, embd, f, tok, starts.tolist(), lens.tolist(), model.config.block_size)
+            steps, committed = steps + r["steps"], committed + r["committed"]
+        # each step commits its accepted drafts + 1 bonus token
+        out[name] = {"sequences": len(idx), "tau": round(committed / max(steps, 1), 3),
+                     "acceptance_rate": round((committed - steps) / max(steps * (model.config.block_size - 1), 1), 4)}
+    return out
+
+
+def train(model, embd, target, rows: Rows, layer_ids, args, log, device):
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    rng = np.random.default_rng(args.seed)
+    t0, step, hist, last_save = time.time(), 0, [], time.time()
+    tokens_seen = 0
+    while True:
+        frac = (time.time() - t0) / args.seconds
+        if frac >= 1.0 or (args.max_steps and step >= args.max_steps):
+            break
+        lr = args.lr * min(1.0, (step + 1) / args.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1))))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        idx = rows.batch(rng, args.token_budget, args.max_rows)
+        tok, lens, starts = pad([rows.row(i) for i in idx], device)
+        f = features(target, tok, layer_ids)
+        hi = (lens - 2).clamp(min=0)
+        anchors = starts[:, None] + (torch.rand(len(idx), args.anchors, device=device)
+                                     * (hi - starts + 1).clamp(min=1)[:, None]).long()
+        anchors = torch.minimum(anchors, hi[:, None])
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            loss, st = draft_logits_loss(model, embd, f, tok, lens, anchors)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        tokens_seen += int(lens.sum())
+        if time.time() - last_save > 120:
+            save_drafter(model, args.out)
+            last_save = time.time()
+        if step % args.log_every == 0:
+            acc = st["acc"].tolist()
+            hist.append({"step": step, "loss": round(loss.item(), 4), "t": round(time.time() - t0, 1)})
+            log(f"step {step} loss {loss.item():.4f} lr {lr:.2e} rows {len(idx)} L {tok.shape[1]} "
+                f"acc[1,2,4,8,15] {acc[1]:.3f} {acc[2]:.3f} {acc[4]:.3f} {acc[8]:.3f} {acc[-1]:.3f}")
+    return step, hist, tokens_seen
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gguf", required=True)
+    ap.add_argument("--data", required=True, help="folder(s) of generate.py shards, comma-separated")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--init", default="", help="drafter to continue from: a folder (model.safetensors + config.json) or a .safetensors file")
+    ap.add_argument("--layers", type=int, default=0, help="drafter depth (0: the init's, or 3 from scratch)")
+    ap.add_argument("--seconds", type=float, default=500)
+    ap.add_argument("--max-steps", type=int, default=0)
+    ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--token-budget", type=int, default=24576, help="row tokens per step (prompt + response)")
+    ap.add_argument("--max-rows", type=int, default=64)
+    ap.add_argument("--anchors", type=int, default=16, help="draft blocks per row")
+    ap.add_argument("--max-len", type=int, default=1280)
+    ap.add_argument("--holdout", type=float, default=0.01)
+    ap.add_argument("--eval-per-kind", type=int, default=24)
+    ap.add_argument("--target-layers", default="1,4,8,12,15")
+    ap.add_argument("--log-every", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cuda")
+    args = ap.parse_args(argv)
+    device = torch.device(args.device)
+    os.makedirs(args.out, exist_ok=True)
+    log = Log(os.path.join(args.out, "train.log"))
+    torch.manual_seed(args.seed)
+    # TF32 for the frozen target's features: their error vs llama.cpp (0.6-3 %, docs/drafter.md) already dwarfs it
+    torch.backends.cuda.matmul.allow_tf32 = True
+    t_start = time.time()
+
+    cfg, w = load_gguf_weights(args.gguf, threads=16)
+    target = GemmaTarget(cfg, w, dtype=torch.float32, device=device)
+    del w
+    embd = target.embd.to(torch.bfloat16 if device.type == "cuda" else torch.float32)
+    layer_ids = [int(x) for x in args.target_layers.split(",")]
+    data = load_shards(args.data)
+    rows = Rows(data, args.max_len, args.holdout, args.seed)
+    resp = int((data["lens"][rows.train] - data["prompt_len"][rows.train]).sum())
+    log(f"rows: {len(rows.train)} train ({resp} response tokens), {len(rows.holdout)} held out")
+
+    if args.init:
+        model = load_init(args.init, args.layers, device)
+    else:
+        model = DFlashDrafter(DrafterConfig(
+            hidden_size=cfg.n_embd, num_hidden_layers=args.layers or 3, vocab_size=cfg.n_vocab,
+            num_target_layers=cfg.n_layer, target_layer_ids=tuple(layer_ids),
+            input_embedding_scale=math.sqrt(cfg.n_embd))).to(device)
+    if list(model.config.target_layer_ids) != layer_ids:
+        raise ValueError(f"--target-layers {layer_ids} differ from the drafter's {model.config.target_layer_ids}")
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"drafter: {model.config.num_hidden_layers} layers, {n_params / 1e6:.2f} M parameters")
+
+    model.eval()
+    before = holdout_eval(model, embd, target, rows, layer_ids, args.eval_per_kind, device)
+    log(f"held-out tau before: {before}")
+    model.train()
+    steps, hist, seen = train(model, embd, target, rows, layer_ids, args, log, device)
+    model.eval()
+    after = holdout_eval(model, embd, target, rows, layer_ids, args.eval_per_kind, device)
+    log(f"held-out tau after: {after}")
+    save_drafter(model, args.out)
+    metrics = {"drafter_params": n_params, "layers": model.config.num_hidden_layers,
+               "train_rows": int(len(rows.train)), "train_response_tokens": resp,
+               "train_steps": steps, "row_tokens_seen": seen, "holdout_before": before, "holdout_after": after,
+               "loss_history": hist, "total_seconds": round(time.time() - t_start, 1), "args": vars(args)}
+    with open(os.path.join(args.out, "train.json"), "w") as f:
+        json.dump(metrics, f, indent=1)
+    log("done", metrics["total_seconds"])
+
+
+if __name__ == "__main__":
+    main()
