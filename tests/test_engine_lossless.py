@@ -147,6 +147,35 @@ def test_misaligned_features_are_detected(tiny, monkeypatch):
             llm.generate(llm.tokenize(PROMPTS[0]), max_tokens=30, ignore_eos=True)
 
 
+def test_drafter_kv_changed_behind_the_bookkeeping_is_detected(tiny):
+    """The per-step drafter check is skipped while the drafter context saw no write (Engine._check); any write
+    through the context, here a position removed mid-run, makes the next check look again and fail."""
+    p = tiny("qwen3")
+    with spec_llm(p, n_slots=2) as llm:
+        e = llm.engine
+        e.submit(Request(llm.tokenize(PROMPTS[0]), max_tokens=40, ignore_eos=True))
+        for _ in range(4):
+            e.step()
+        slot = next(s for s in e.slots if s is not None)
+        e._check(slot)  # holds, and is remembered
+        e.drafter.ctx.seq_rm(slot.seq, slot.drafter_len - 1)
+        with pytest.raises(InvariantError, match="drafter KV holds"):
+            e._check(slot)
+
+
+def test_paused_drafter_skips_the_drafter_kv_query(tiny, monkeypatch):
+    """With a drafter that never drafts, the drafter KV is not queried in every step for every slot."""
+    from pydflash.native import Context
+
+    p = tiny("qwen3")
+    calls = []
+    real = Context.seq_pos_min
+    monkeypatch.setattr(Context, "seq_pos_min", lambda self, seq: calls.append(seq) or real(self, seq))
+    with spec_llm(p, n_slots=4) as llm:  # the requests opt out of drafting: the drafter KV never changes
+        llm.generate_many([Request(llm.tokenize(q), max_tokens=24, ignore_eos=True, draft_max=0) for q in PROMPTS[:4]])
+    assert 0 < len(calls) <= 8  # a query per slot after prefill, not 4 in each of the 24 steps
+
+
 # Issue 12 item 1: 8 requests on 4 slots, so later requests are admitted into slots freed mid-flight (the reported
 # divergence: "Emoji: 😀" at generated token 5, 1.65 nat, in the step that admitted a request into a freed slot).
 ADMISSION_PROMPTS = ["The history of the printing press begins", "def add(a, b):\n", "Once upon a time",

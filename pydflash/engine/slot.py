@@ -37,7 +37,9 @@ class Slot:
     admitted: int = 0  # admission order
     drafter_len: int = 0  # end of the positions whose features are in the drafter KV
     drafter_base: int = 0  # first of them: 0, or where features resumed after a gap (see ``restart_features``)
-    pending: list[FeatureRows] = field(default_factory=list)  # features known, not yet injected
+    # features known, not yet injected (the ``pending`` property; its end position is kept beside it)
+    _pending: list[FeatureRows] = field(default_factory=list, repr=False)
+    _pending_end: int = -1  # end position of the last non-empty pending part, -1: none
     # Some committed positions past the rows got no features (decoded while extraction was off): the rows end
     # before n_past until features resume, and then the drafter's context restarts there.
     feature_gap: bool = False
@@ -45,6 +47,8 @@ class Slot:
     finish_reason: Optional[str] = None
     policy: SlotPolicy = field(default_factory=SlotPolicy)  # adaptive drafting state
     proposal: Optional[Proposal] = None  # rejection sampling's proposal choice (a sampling request with a drafter)
+    # (drafter ctx writes, drafter_base, drafter_len) when the drafter KV last matched the bookkeeping (Engine._check)
+    drafter_checked: tuple = ()
 
     @property
     def prefilled(self) -> bool:
@@ -52,13 +56,19 @@ class Slot:
         return not self.prefill
 
     @property
+    def pending(self) -> list[FeatureRows]:
+        return self._pending
+
+    @pending.setter
+    def pending(self, parts: list[FeatureRows]) -> None:
+        self._pending = parts
+        self._pending_end = next((int(p.positions[-1]) + 1 for p in reversed(parts) if len(p.positions)), -1)
+
+    @property
     def n_pending(self) -> int:
         # pending rows are contiguous from drafter_len (add_features checks each part's start), so the last part's
-        # end gives the count without a pass over every part (this runs for every slot in every step)
-        for p in reversed(self.pending):
-            if len(p.positions):
-                return int(p.positions[-1]) + 1 - self.drafter_len
-        return 0
+        # end gives the count; it is kept as an int because this runs for every slot, several times, in every step
+        return self._pending_end - self.drafter_len if self._pending_end >= 0 else 0
 
     @property
     def n_featured(self) -> int:
@@ -82,7 +92,9 @@ class Slot:
             raise InvariantError(
                 f"slot {self.seq}: feature rows start at position {positions[0]}, expected {expected}"
             )
-        self.pending.append(FeatureRows(rows, positions))
+        self._pending.append(FeatureRows(rows, positions))
+        if len(positions):
+            self._pending_end = int(positions[-1]) + 1
 
     def take_pending(self) -> list[FeatureRows]:
         """Hand over the pending rows, checked contiguous from drafter_len (the caller joins them with other slots'

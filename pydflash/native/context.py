@@ -132,6 +132,9 @@ class Context:
         self._ext = None
         self.t_native = 0.0  # seconds spent inside llama_decode / llama_process (the engine's time split)
         self.n_decodes = 0  # token batches decoded: outputs read later must come from the batch they expect
+        # Calls that may change what the KV holds (decode, inject, seq_rm, clear, state restore): a check of the
+        # KV's extent can be skipped while this has not moved (the engine's per-step invariant, see Engine._check)
+        self.n_writes = 0
         self.n_bad_rows = 0  # sampled rows that did not hold together (see sampled)
 
     @property
@@ -206,6 +209,7 @@ class Context:
         t = time.perf_counter()
         rc = C.llama_decode(self._ptr, batch.native())
         self.n_decodes += 1
+        self.n_writes += 1
         if batch.n and batch.logits[: batch.n].any():
             C.llama_synchronize(self._ptr)  # outputs are read next: count the wait as native time
         self.t_native += time.perf_counter() - t
@@ -249,6 +253,7 @@ class Context:
             pos[0] = pos[1] = pos[2] = p
             batch_ext_set_pos(ext, idx, pos)
         t = time.perf_counter()
+        self.n_writes += 1
         rc = C.llama_process(self._ptr, LLAMA_PROCESS_TYPE_DECODE, ext)
         self.t_native += time.perf_counter() - t
         _raise_for(rc, "llama_process(inject)")
@@ -344,6 +349,7 @@ class Context:
     # --- memory ---------------------------------------------------------------------------------------
     def seq_rm(self, seq_id: int, p0: int, p1: int = -1) -> None:
         """Remove positions [p0, p1) of a sequence. Some memory types cannot drop a partial range: raise."""
+        self.n_writes += 1
         if not C.llama_memory_seq_rm(self._mem, seq_id, p0, p1):
             raise RollbackError(f"memory refused to remove positions [{p0}, {p1}) of sequence {seq_id}")
 
@@ -356,4 +362,5 @@ class Context:
         return C.llama_memory_seq_pos_min(self._mem, seq_id)
 
     def clear(self) -> None:
+        self.n_writes += 1
         C.llama_memory_clear(self._mem, True)

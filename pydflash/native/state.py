@@ -50,6 +50,7 @@ def state_seq_set(ctx: Context, seq: int, data: bytes, flags: int = FULL) -> Non
         raise StateError(f"empty state for sequence {seq}")
     src = ctypes.cast(ctypes.c_char_p(bytes(data)), ctypes.POINTER(ctypes.c_uint8))
     last_error()
+    ctx.n_writes += 1
     # size_t llama_state_seq_set_data_ext(ctx, const uint8_t * src, size_t size, llama_seq_id dest_seq_id, flags);
     n = C.llama_state_seq_set_data_ext(ctx.ptr, src, len(data), seq, flags)
     if n == 0:
