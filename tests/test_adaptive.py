@@ -235,6 +235,18 @@ def test_pauses_are_shared_and_grow():
     assert all(w == 4 for w in probe_widths[4:])  # after calibration
 
 
+def test_useless_drafter_steady_state_costs_few_steps():
+    """Issue 13's useless-drafter bar: once pauses reach MAX_BACKOFF, features run only in the short lead-in and one
+    step per pause probes, at any concurrency: at most 17 of 512 steps pay anything (3.3 %)."""
+    for n in (1, 8, 16):
+        feats = drafting = 0
+        steps = list(simulate(GPU, [0.0] * n, 5000))
+        for _, policy, plan, _, _ in steps[-2048:]:  # long past the ramp (4 + 8 + ... + 512 steps)
+            feats += plan.features
+            drafting += any(plan.drafts)
+        assert drafting <= 4 and feats <= 4 * (adaptive.SHORT_LEAD + 1), (n, drafting, feats)
+
+
 def test_features_only_in_the_lead_in_to_a_probe():
     policy = adaptive.DraftPolicy()
     policy.costs, policy.calibrated = calibrated(GPU, 2), 2

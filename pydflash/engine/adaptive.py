@@ -24,7 +24,8 @@ final comparison: drafting must beat R_plain by MARGIN, or nobody drafts this st
   at its best drafting K, which costs little in a step that drafts anyway.
 - A drafting decision is kept for REPLAN_EVERY steps while the same slots run: acceptance evidence moves slowly,
   and deciding for 16 slots costs a few percent of a GPU step.
-- Target features are extracted only when needed: in drafting steps and in the FEATURE_LEAD steps before a probe.
+- Target features are extracted only when needed: in drafting steps and in the FEATURE_LEAD steps before a probe
+  (SHORT_LEAD before the probe of a pause of LONG_PAUSE steps or more).
   The drafter's context then restarts from those features (see ``Slot``), at no extra target work.
 - Calibration: the first decode steps measure a plain step and every slot drafting 2; one slot's whole block is
   measured once the drafts look good enough for it to matter (``_calibration``). Steps carrying a prompt chunk
@@ -45,11 +46,16 @@ ROUNDS = 3
 REPLAN_EVERY = 4  # steps a drafting decision is kept while the same slots run (a decision at 16 slots ~0.15 ms)
 REFRESH_PLAIN = 128  # while drafting, one plain step (features kept) in this many keeps the plain cost current
 MIN_BACKOFF = 4
-MAX_BACKOFF = 256
+MAX_BACKOFF = 512
 # Steps before a probe during which a paused slot collects features again: the probe's drafter context. With the
 # shipped drafter, the last 32 positions keep held-out tau at 2.11 / 4.04 (code / prose) against 2.12 / 4.36 with
 # the full context; 16 drop prose to 3.37 (scripts/eval_restart_window.py, docs/drafter_restart_window_cpu.json).
 FEATURE_LEAD = 32
+# Once probes have failed up to pauses this long, the drafter is as good as useless here: a shorter lead-in (the probe
+# then underrates a drafter a little, which only matters for one that barely pays) keeps the steady cost of a useless
+# drafter at 16 feature steps + 1 probe in 512 steps instead of 32 in 256 (issue 13: >= 0.97x of plain at any load).
+LONG_PAUSE = 256
+SHORT_LEAD = 16
 
 
 @dataclass
@@ -111,6 +117,7 @@ class DraftPolicy:
     _last: tuple | None = None  # (slots, K per slot) of the last drafting decision
     _age: int = 0  # steps it has been used
     _drafting_steps: int = 0  # steps decided outside pauses
+    _lead: int = FEATURE_LEAD  # feature steps before the current pause's probe
 
     def plan(self, slots: list[tuple[SlotPolicy, int]]) -> Plan:
         """K for each (slot policy, draft_max) of the running slots, chosen together."""
@@ -122,7 +129,7 @@ class DraftPolicy:
         c = self.costs
         if self.pause > 1:
             self.pause -= 1
-            return Plan(zeros, self.pause <= FEATURE_LEAD)
+            return Plan(zeros, self.pause <= self._lead)
         calibration = self._calibration(slots, maxes)
         if calibration is not None:
             return calibration
@@ -144,8 +151,9 @@ class DraftPolicy:
             return Plan(probe(), True)
         if not any(ks):
             self.pause = self.backoff
+            self._lead = SHORT_LEAD if self.pause >= LONG_PAUSE else FEATURE_LEAD
             self.backoff = min(2 * self.backoff, MAX_BACKOFF)
-            return Plan(zeros, self.pause <= FEATURE_LEAD)
+            return Plan(zeros, self.pause <= self._lead)
         self.backoff = MIN_BACKOFF
         probes = None
         for i, (pol, m) in enumerate(slots):
