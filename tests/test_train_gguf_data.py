@@ -39,10 +39,12 @@ def test_generate_is_the_targets_greedy_continuation(tiny, tmp_path):
     _prompts(src, [{"kind": k, "source": "t", "text": t} for k, t in zip(kinds, texts)])
     out = tmp_path / "gen"
     generate_main(["--target", str(pair.target), "--prompts", str(src), "--out", str(out), "--slots", "3",
-                   "--n-new", "12", "--threads", "1", "--skip", "1", "--shard-rows", "4"])
+                   "--n-new", "12", "--threads", "1", "--skip", "1", "--stop", "4", "--shard-rows", "2"])
+    generate_main(["--target", str(pair.target), "--prompts", str(src), "--out", str(tmp_path / "gen2"),
+                   "--slots", "2", "--n-new", "12", "--threads", "1", "--skip", "4"])
     summary = json.loads((out / "generate.json").read_text())
-    assert summary["rows"] == 5 and summary["next_skip"] == 6 and summary["prompts_exhausted"]
-    d = load_shards(str(out))
+    assert summary["rows"] == 3 and summary["next_skip"] == 4 and summary["prompts_exhausted"]
+    d = load_shards(f"{out},{tmp_path / 'gen2'}")  # two processes' shards, read as one set
     assert sorted(d["index"].tolist()) == [1, 2, 3, 4, 5]
     oracle = Oracle(pair.target)
     try:

@@ -12,7 +12,9 @@ The engine is kept full: requests are queued a few batches ahead and every finis
 the time budget ends the run cleanly at any point. Output: DIR/shard-XXXX.npz, each with
 ``tokens`` (int32, rows concatenated: BOS + prompt + response), ``offsets`` (row starts, n_rows + 1),
 ``prompt_len``, ``kind`` (index into KINDS), ``index`` (line number in the prompt file), and DIR/generate.json
-(counts, throughput, the command). ``--skip N`` starts at line N, so later sessions continue with new prompts.
+(counts, throughput, the command). ``--skip N`` starts at line N, so later sessions continue with new prompts;
+``--stop M`` ends before line M, so several processes can share one GPU on disjoint parts of the file (one
+process leaves the GPU idle while Python books a step of 128 slots).
 """
 from __future__ import annotations
 
@@ -30,9 +32,12 @@ import numpy as np
 KINDS = ("code", "prose", "chat", "repetition")
 
 
-def read_prompts(path: str, skip: int = 0) -> Iterator[tuple[int, dict]]:
+def read_prompts(path: str, skip: int = 0, stop: int = 0) -> Iterator[tuple[int, dict]]:
+    """(line number, prompt) for lines skip .. stop - 1 (stop 0: to the end)."""
     with gzip.open(path, "rt", encoding="utf-8") as f:
         for i, line in enumerate(f):
+            if stop and i >= stop:
+                return
             if i >= skip:
                 yield i, json.loads(line)
 
@@ -98,7 +103,7 @@ def run(args) -> dict:
     engine = llm.engine
     model = engine.model
     writer = ShardWriter(args.out, args.shard_rows)
-    prompts = read_prompts(args.prompts, args.skip)
+    prompts = read_prompts(args.prompts, args.skip, args.stop)
     pending: dict[int, tuple[list[int], int, int]] = {}  # request id -> (prompt tokens, kind, line)
     counts = {"rows": 0, "prompt_tokens": 0, "response_tokens": 0, "too_long": 0, "stopped": 0,
               "by_kind": {k: 0 for k in KINDS}}
@@ -179,6 +184,8 @@ def main(argv=None):
     ap.add_argument("--seconds", type=float, default=300)
     ap.add_argument("--max-rows", type=int, default=0, help="0: until the prompts or the time run out")
     ap.add_argument("--skip", type=int, default=0, help="start at this prompt line")
+    ap.add_argument("--stop", type=int, default=0,
+                    help="end before this prompt line (0: the end), so that processes sharing a GPU split the file")
     ap.add_argument("--shard-rows", type=int, default=4096)
     ap.add_argument("--log-every", type=float, default=20)
     run(ap.parse_args(argv))
