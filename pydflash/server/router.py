@@ -29,6 +29,20 @@ from .metrics import RESIDENT, RESTARTS, process_dead
 from .preset import Preset, ServerModels
 
 log = logging.getLogger(__name__)
+
+
+def quiet_unix_read_race(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    """The loop's exception handler in the router. httpx reaches the workers over Unix sockets through anyio, whose
+    raw-socket streams wake a pending read from a reader callback (``Future.set_result``). When that read was just
+    cancelled (a client went away, a stream ended), the callback finds the future done and the loop logs "Exception
+    in callback Future.set_result ... InvalidStateError" at ERROR level, several times a minute under load
+    (agronholm/anyio#1267). Nothing is lost and no request is affected: drop exactly that report, pass on the rest."""
+    if isinstance(context.get("exception"), asyncio.InvalidStateError) and "Future.set_result" in repr(
+            context.get("handle")):
+        return
+    loop.default_exception_handler(context)
+
+
 LOAD_TIMEOUT_S = 300.0
 RETRY_AFTER_S = 2
 
@@ -236,6 +250,7 @@ class Router:
 
     # --- lifecycle ------------------------------------------------------------------------------------------------
     async def startup(self, preload: bool = True) -> None:
+        asyncio.get_running_loop().set_exception_handler(quiet_unix_read_race)
         self._monitor = asyncio.ensure_future(self._watch())
         if preload:  # the default model loads at start; /health is 503 until it is ready
             asyncio.ensure_future(self._preload())
