@@ -132,7 +132,9 @@ def run(args) -> dict:
 
     refill()
     last_log = t0
+    steps = 0
     while engine.has_work:
+        steps += 1
         for ev in engine.step():
             if not ev.finished:
                 continue
@@ -157,9 +159,15 @@ def run(args) -> dict:
             print(f"[{el:6.0f}s] rows {counts['rows']} response tokens {counts['response_tokens']} "
                   f"({counts['response_tokens'] / el:.0f} tok/s)", flush=True)
     writer.flush()
+    st = engine.stats
+    # where a step's time went (target forward vs Python), to size --slots and the number of processes
+    split = {"steps": steps, "ms_per_step": round(1e3 * (time.perf_counter() - t0) / max(steps, 1), 2),
+             **{f"ms_{k}_per_step": round(1e3 * getattr(st, f"t_{k}") / max(steps, 1), 2)
+                for k in ("verify", "commit", "host")}}
     llm.close()
     el = time.perf_counter() - t0
-    summary = {**counts, "seconds": round(el, 1), "response_tok_per_s": round(counts["response_tokens"] / el, 1),
+    summary = {**counts, **split, "seconds": round(el, 1),
+               "response_tok_per_s": round(counts["response_tokens"] / el, 1),
                # prompts cut by the deadline are not written; the next session starts after the last line
                # read, so they are skipped rather than generated twice
                "next_skip": last_line + 1, "prompts_exhausted": exhausted, "shards": writer.n_shards,

@@ -24,10 +24,10 @@
 #   remote.sh cache   scripts/bench_cache.py: a 6-turn chat with a ~1,000-token system prompt, cache on / off
 #   remote.sh sampling  scripts/bench_sampling.py (issue 15): rejection against sample-and-match at T 0.7 / 1.0,
 #                     without and with top-p 0.9
-#   remote.sh gen [SECONDS] [SKIP] [SLOTS] [HALF]  issue 14: the target's greedy responses to the carried corpus
-#                     (.device-bench/corpus/prompts.jsonl.gz, pydflash.train.corpus) through pydflash on the GPU, two
-#                     processes on lines SKIP.. and SKIP+HALF..; shards stay in $W/data for `train` and come back as
-#                     data.tar.NN
+#   remote.sh gen [SECONDS] [SKIP] [SLOTS] [SPAN] [NPROC]  issue 14: the target's greedy responses to the carried
+#                     corpus (.device-bench/corpus/prompts.jsonl.gz, pydflash.train.corpus) through pydflash on the
+#                     GPU, NPROC processes on SPAN lines each from SKIP; shards stay in $W/data for `train` and come
+#                     back as data.tar.NN
 #   remote.sh train [SECONDS] [LAYERS]  continue the shipped drafter on $W/data (pydflash.train.trainer), export the
 #                     Q8_0 GGUF to $W/drafter; weights come back as model.safetensors.NN, logs in train_meta.tgz
 #   remote.sh suite2  issue 14's suite for the new drafter ($W/drafter) and the shipped one, and step_costs.py with
@@ -99,23 +99,28 @@ suite)
     use_build
     python3 scripts/eval_drafter.py --suite --ngl -1 --threads 8 --n 10 --tokens 256 --drafter "${2:-pydflash/models/gemma-3-270m-dflash-q8_0.gguf}" \
         --out $OUT/drafter_suite_gpu.json ;;
-gen)  # two generator processes share the GPU on the two halves of lines SKIP .. SKIP + 2 * HALF
+gen)  # NPROC generator processes share the GPU, process i on lines SKIP + i * SPAN .. SKIP + (i + 1) * SPAN
     use_build
-    skip=${3:-0}; half=${5:-30000}
-    for i in 0 1; do
+    skip=${3:-0}; span=${5:-30000}; nproc=${6:-2}
+    for i in $(seq 0 $((nproc - 1))); do
         python3 -m pydflash.train.generate --target $W/gemma.gguf --prompts .device-bench/corpus/prompts.jsonl.gz \
             --out $W/data/p$i --ngl -1 --threads 4 --slots "${4:-128}" --n-new 256 --seconds "${2:-400}" \
-            --skip $((skip + i * half)) --stop $((skip + (i + 1) * half)) > $W/gen$i.log 2>&1 &
+            --skip $((skip + i * span)) --stop $((skip + (i + 1) * span)) > $W/gen$i.log 2>&1 &
     done
     wait || true
-    for i in 0 1; do grep -v "^llama_\|^load\|^print_info" $W/gen$i.log | tail -6; cp $W/data/p$i/generate.json $OUT/generate_p$i.json; done
+    for i in $(seq 0 $((nproc - 1))); do
+        grep -v "^llama_\|^load\|^print_info" $W/gen$i.log | tail -3; cp $W/data/p$i/generate.json $OUT/generate_p$i.json
+    done
     tar cf - -C $W --exclude=generate.json data | split -b 15000000 -d -a 2 - $OUT/data.tar. ;;
-train)
+train)  # DATA=folders (default: what `gen` left in $W/data)
     use_build
-    python3 -m pydflash.train.trainer --gguf $W/gemma.gguf --data $W/data/p0,$W/data/p1 --out $W/drafter \
-        --init pydflash/models/gemma-3-270m-dflash.safetensors --layers "${3:-4}" --seconds "${2:-450}" 2>&1 | tail -40
-    python3 -m pydflash.train.export_gguf --drafter $W/drafter --target $W/gemma.gguf --out $W/drafter/drafter-q8_0.gguf \
-        --type q8_0 2>&1 | tail -3
+    # torch and our CUDA libllama in one process abort ("free(): invalid pointer", H200): the trainer needs no
+    # llama.cpp, so pydflash's import must not load it
+    env -u PYDFLASH_LIB_DIR python3 -m pydflash.train.trainer --gguf $W/gemma.gguf --out $W/drafter \
+        --data "${DATA:-$(ls -d $W/data/p* | paste -sd,)}" --init pydflash/models/gemma-3-270m-dflash.safetensors \
+        --layers "${3:-4}" --seconds "${2:-450}" ${TRAIN_ARGS:-} 2>&1 | grep -v Warning | tail -40
+    env -u PYDFLASH_LIB_DIR python3 -m pydflash.train.export_gguf --drafter $W/drafter --target $W/gemma.gguf \
+        --out $W/drafter/drafter-q8_0.gguf --type q8_0 2>&1 | tail -3
     split -b 15000000 -d -a 2 $W/drafter/model.safetensors $OUT/model.safetensors.
     tar czf $OUT/train_meta.tgz -C $W/drafter config.json train.json train.log ;;
 suite2)
