@@ -208,6 +208,7 @@ def main(argv=None):
     target = GemmaTarget(cfg, w, dtype=torch.float32, device=device)
     del w
     embd = target.embd.to(torch.bfloat16 if device.type == "cuda" else torch.float32)
+    log(f"target loaded on {device}")
     layer_ids = [int(x) for x in args.target_layers.split(",")]
     data = load_shards(args.data)
     rows = Rows(data, args.max_len, args.holdout, args.seed)

@@ -116,9 +116,17 @@ train)  # DATA=folders (default: what `gen` left in $W/data)
     use_build
     # torch and our CUDA libllama in one process abort ("free(): invalid pointer", H200): the trainer needs no
     # llama.cpp, so pydflash's import must not load it
-    env -u PYDFLASH_LIB_DIR python3 -m pydflash.train.trainer --gguf $W/gemma.gguf --out $W/drafter \
-        --data "${DATA:-$(ls -d $W/data/p* | paste -sd,)}" --init pydflash/models/gemma-3-270m-dflash.safetensors \
-        --layers "${3:-4}" --seconds "${2:-450}" ${TRAIN_ARGS:-} 2>&1 | grep -v Warning | tail -40
+    # the log goes to $OUT as it is written, so that a call cut at its limit still tells where the time went (the
+    # first try, during the CUDA build's 16 compile jobs, ran past 560 s and returned nothing); the trainer is
+    # bounded so the export always runs
+    secs=${2:-450}
+    set +e
+    timeout $((secs + 240)) env -u PYDFLASH_LIB_DIR python3 -m pydflash.train.trainer --gguf $W/gemma.gguf \
+        --out $W/drafter --data "${DATA:-$(ls -d $W/data/p* | paste -sd,)}" \
+        --init pydflash/models/gemma-3-270m-dflash.safetensors --layers "${3:-4}" --seconds "$secs" ${TRAIN_ARGS:-} \
+        > $OUT/train_stdout.log 2>&1
+    echo "trainer exit $?"; grep -v Warning $OUT/train_stdout.log | tail -30
+    set -e
     env -u PYDFLASH_LIB_DIR python3 -m pydflash.train.export_gguf --drafter $W/drafter --target $W/gemma.gguf \
         --out $W/drafter/drafter-q8_0.gguf --type q8_0 2>&1 | tail -3
     split -b 15000000 -d -a 2 $W/drafter/model.safetensors $OUT/model.safetensors.
