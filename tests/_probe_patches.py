@@ -3,6 +3,7 @@ callback under PYDFLASH_VERBOSE) and prints markers between phases, so the test 
 
     python _probe_patches.py argmax MODEL    one verify-like batch of 8 outputs under a greedy backend chain
     python _probe_patches.py toggle MODEL    features on, off, on again around one-token steps; saves nothing
+    python _probe_patches.py decode MODEL    one plain decode step of 8 sequences, one output each, greedy chains
 """
 
 import sys
@@ -23,6 +24,20 @@ def main(what: str, path: str) -> None:
         sys.stderr.write("@@ verify\n")
         b.clear()
         b.add(tokens[16:24], 16, 0, True)
+        ctx.decode(b)
+        sys.stderr.write("@@ done\n")
+        print(" ".join(map(str, ctx.picks(range(8)))))
+        return
+    if what == "decode":
+        ctx = Context(model, ContextParams(n_ctx=8 * 32, n_batch=64, n_ubatch=64, n_seq_max=8, n_outputs_max=8))
+        for s in range(8):
+            b.clear()
+            b.add(tokens[s:s + 4], 0, s, False)
+            ctx.decode(b)
+        sys.stderr.write("@@ decode\n")
+        b.clear()
+        for s in range(8):
+            b.add([tokens[s + 4]], 4, s, True)
         ctx.decode(b)
         sys.stderr.write("@@ done\n")
         print(" ".join(map(str, ctx.picks(range(8)))))

@@ -1,4 +1,5 @@
-"""patches/0003 (one argmax over a verify span) and patches/0004 (feature extraction toggled without a reserve).
+"""patches/0003 and 0005 (one argmax over all greedy rows of a batch) and patches/0004 (feature extraction toggled
+without a reserve).
 
 Both are about cost, so the tests read what llama.cpp did from its own debug log (GGML_SCHED_DEBUG=2 lists every
 graph node; a scheduler reserve logs "reserving"), in a subprocess, and check the results stay exact.
@@ -41,7 +42,7 @@ def test_verify_span_takes_one_argmax(tiny):
     p = tiny("llama")
     stdout, phases = run_probe("argmax", p.target, GGML_SCHED_DEBUG="2")
     nodes = argmax_nodes(phases["verify"])
-    assert len(nodes) == 1 and "greedy_argmax_rows_0" in nodes[0], nodes
+    assert len(nodes) == 1 and "greedy_argmax_rows" in nodes[0], nodes
     picks = list(map(int, stdout.split()))
 
     # the same picks as the argmax of the full logits
@@ -52,6 +53,29 @@ def test_verify_span_takes_one_argmax(tiny):
     b.add(tokens, 0, 0, [False] * 16 + [True] * 8)
     ctx.decode(b)
     assert picks == [int(np.argmax(ctx.logits(16 + i))) for i in range(8)]
+
+
+def test_plain_decode_of_many_slots_takes_one_argmax(tiny):
+    """patches/0005: eight sequences with one output row each (a plain decode step of eight slots) share one ARGMAX
+    node; with 0003 alone each sequence still launched its own (8 nodes, ~0.13 ms each on an H200, serial). The
+    picks are the argmax of each sequence's own logits."""
+    p = tiny("llama")
+    stdout, phases = run_probe("decode", p.target, GGML_SCHED_DEBUG="2")
+    nodes = argmax_nodes(phases["decode"])
+    assert len(nodes) == 1 and "greedy_argmax_rows" in nodes[0], nodes
+    picks = list(map(int, stdout.split()))
+    per_row, _ = run_probe("decode", p.target, PYDFLASH_PER_ROW_GREEDY="1")
+    assert picks == list(map(int, per_row.split()))
+
+    model = Model(p.target)
+    tokens = [(i * 13 + 5) % (model.n_vocab - 16) + 8 for i in range(24)]
+    ctx = Context(model, ContextParams(n_ctx=64, n_batch=32, n_ubatch=32, backend_greedy=False))
+    for s in range(8):  # each sequence alone: its 5 tokens, the last one's logits
+        ctx.clear()
+        b = TokenBatch(32)
+        b.add(tokens[s:s + 5], 0, 0, [False] * 4 + [True])
+        ctx.decode(b)
+        assert picks[s] == int(np.argmax(ctx.logits(4))), s
 
 
 def test_upstream_path_is_one_argmax_per_row(tiny):
