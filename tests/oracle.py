@@ -62,6 +62,8 @@ class Oracle:
             )
             flips += 1
             assert flips <= max_flips, "too many tie-flips for float noise"
+            if j + 1 == len(spec):  # the flip was the last token: nothing after it to check
+                return flips
             base = spec[: j + 1] + self.greedy(prompt_tokens + spec[: j + 1], len(spec) - j - 1)
             i = j + 1
 
