@@ -58,3 +58,28 @@ def test_bad_params_are_value_errors():
         ContextParams(n_batch=8, n_ubatch=16)
     with pytest.raises(ValueError):
         ModelParams(n_gpu_layers=-2)
+
+
+def test_per_sequence_streams_decode_like_the_pool(tiny):
+    """ContextParams(kv_unified=False), what scripts/bench_slots.py compares against the pool: several sequences
+    decode to the same greedy picks, each in its own stream."""
+    p = tiny("llama")
+    model = Model(p.target)
+    tokens = [(i * 7 + 3) % (model.n_vocab - 16) + 8 for i in range(12)]
+    picks = {}
+    for unified in (True, False):
+        ctx = Context(model, ContextParams(n_ctx=4 * 32, n_batch=32, n_ubatch=32, n_seq_max=4, n_outputs_max=4,
+                                           kv_unified=unified))
+        b = TokenBatch(32)
+        for s in range(4):
+            b.clear()
+            b.add(tokens[s:s + 6], 0, s, False)
+            ctx.decode(b)
+        b.clear()
+        for s in range(4):
+            b.add([tokens[s + 6]], 6, s, True)
+        ctx.decode(b)
+        picks[unified] = ctx.picks(range(4))
+        assert [ctx.seq_pos_max(s) for s in range(4)] == [6] * 4
+        ctx.close()
+    assert picks[True] == picks[False]

@@ -106,7 +106,7 @@ class Context:
         cp.n_seq_max = params.n_seq_max
         cp.n_outputs_max = params.n_outputs_max
         cp.n_outputs_max_per_seq = params.n_outputs_max_per_seq
-        cp.kv_unified = True  # one pool of cells for all slots; admission bounds each slot's share
+        cp.kv_unified = params.kv_unified
         cp.no_perf = True
         if params.n_threads:
             cp.n_threads = cp.n_threads_batch = params.n_threads

@@ -204,7 +204,7 @@ class Model:
 
 @dataclass(frozen=True)
 class ContextParams:
-    n_ctx: int = 4096  # total KV cells, shared by all sequences (unified cache)
+    n_ctx: int = 4096  # total KV cells: shared by all sequences (kv_unified), or n_ctx / n_seq_max each
     n_batch: int = 512
     n_ubatch: int = 512
     n_seq_max: int = 1
@@ -217,6 +217,10 @@ class ContextParams:
     backend_greedy: bool = True
     # Layer-input indices whose features this context extracts for every token of every batch.
     feature_layers: tuple[int, ...] = ()
+    # One pool of cells for all sequences (what the engine uses: admission bounds each slot's share). False gives
+    # each sequence its own stream: attention then spans a sequence's own cells instead of every cell in use
+    # (scripts/bench_slots.py measures both; the engine does not support streams yet).
+    kv_unified: bool = True
 
     def __post_init__(self):
         for name in ("n_ctx", "n_batch", "n_ubatch", "n_seq_max"):

@@ -32,6 +32,8 @@
 #                     Q8_0 GGUF to $W/drafter; weights come back as model.safetensors.NN, logs in train_meta.tgz
 #   remote.sh suite2  issue 14's suite for the new drafter ($W/drafter) and the shipped one, and step_costs.py with
 #                     the new drafter (its block against a 16-token verify)
+#   remote.sh slots   scripts/bench_slots.py (issue 13's per-slot slope): KV pool vs streams, with patches/0005
+#                     and with upstream's per-row argmax (PYDFLASH_PER_ROW_GREEDY)
 # Results go to $OUT; each of costs/bench/long/eval fits one 10-minute call.
 set -euo pipefail
 # Other work in progress in the local tree travels with every call; .device-bench/head.tgz (carried, made just
@@ -140,6 +142,11 @@ suite2)
             --out $OUT/drafter_suite_gpu_$which.json 2>&1 | grep -v "^llama_\|^load\|^print_info" | tail -16
     done
     python3 scripts/step_costs.py --ngl -1 --drafter $W/drafter/drafter-q8_0.gguf --out $OUT/step_costs_new.json 2>&1 | tail -8 ;;
+slots)
+    use_build
+    python3 scripts/bench_slots.py --ngl -1 --threads 8 --slots 1,8,16,64,128 --prompt 256 --out $OUT/slots_gpu.json
+    PYDFLASH_PER_ROW_GREEDY=1 python3 scripts/bench_slots.py --ngl -1 --threads 8 --slots 1,8,16,64,128 --prompt 256 \
+        --layouts unified --out $OUT/slots_gpu_per_row.json ;;
 repro)
     use_build
     set -o pipefail
