@@ -29,6 +29,10 @@ class EngineConfig:
     seed: int = 0
     # Check the feature/KV invariants after every commit (two cheap native calls per slot).
     check_invariants: bool = True
+    # One KV pool for all slots (the default), or a stream of n_ctx_slot cells per slot, where each slot's attention
+    # spans only its own cells. Streams are for plain decoding only (no drafter): training-data generation at
+    # 100+ slots (pydflash.train.generate); scripts/bench_slots.py measures what they save.
+    kv_unified: bool = True
 
     def __post_init__(self):
         if self.n_slots < 1:

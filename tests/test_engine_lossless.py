@@ -192,6 +192,29 @@ def run_admission_scenario(target, drafter, **cfg):
     return reqs, results
 
 
+@pytest.mark.parametrize("arch", ["qwen3", "gemma3"])
+def test_plain_decoding_in_per_slot_kv_streams(tiny, arch):
+    """EngineConfig(kv_unified=False), a KV stream per slot for plain decoding at many slots (training-data
+    generation): 8 staggered requests on 4 slots stay the target's greedy text, cached prefixes included; a drafter
+    is refused."""
+    p = tiny(arch)
+    oracle = Oracle(p.target)
+    reqs, results = run_admission_scenario(p.target, None, n_ctx_slot=512, kv_unified=False)
+    for req, res in zip(reqs, results):
+        assert len(res.tokens) == req.max_tokens
+        oracle.check(req.prompt, res.tokens)
+    with api.load(p.target, None, config=EngineConfig(n_slots=2, n_ctx_slot=512, kv_unified=False)) as llm:
+        first = llm.tokenize(ADMISSION_PROMPTS[0]) * 3
+        a = llm.generate(first, max_tokens=12, ignore_eos=True)
+        longer = first + a.tokens  # a kept prefix: only the rest is prefilled, in the same stream
+        b = llm.generate(longer, max_tokens=12, ignore_eos=True)
+        assert b.stats.n_cached > 0
+        oracle.check(longer, b.tokens)
+    oracle.close()
+    with pytest.raises(ValueError, match="plain decoding"):
+        api.load(p.target, p.drafter, config=EngineConfig(kv_unified=False))
+
+
 def test_eight_requests_on_four_slots_tiny(tiny):
     p = tiny("gemma3")
     oracle = Oracle(p.target)

@@ -41,7 +41,7 @@ def test_generate_is_the_targets_greedy_continuation(tiny, tmp_path):
     generate_main(["--target", str(pair.target), "--prompts", str(src), "--out", str(out), "--slots", "3",
                    "--n-new", "12", "--threads", "1", "--skip", "1", "--stop", "4", "--shard-rows", "2"])
     generate_main(["--target", str(pair.target), "--prompts", str(src), "--out", str(tmp_path / "gen2"),
-                   "--slots", "2", "--n-new", "12", "--threads", "1", "--skip", "4"])
+                   "--slots", "2", "--n-new", "12", "--threads", "1", "--skip", "4", "--kv-streams"])
     summary = json.loads((out / "generate.json").read_text())
     assert summary["rows"] == 3 and summary["next_skip"] == 4 and summary["prompts_exhausted"]
     d = load_shards(f"{out},{tmp_path / 'gen2'}")  # two processes' shards, read as one set

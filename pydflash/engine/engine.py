@@ -52,6 +52,8 @@ class Engine:
         self.block_size = pair.block_size if pair.drafter is not None else 0
         self.default_draft = self._clamp_draft(config.draft_max)
         spec = pair.drafter is not None and (self.default_draft > 0 or config.adaptive)
+        if not config.kv_unified and pair.drafter is not None:
+            raise ValueError("kv_unified=False (a KV stream per slot) is for plain decoding: load no drafter")
         span = max(self.block_size, 1)  # most positions a slot verifies in one step: anchor + drafts
         n_batch = max(config.n_batch, config.n_slots * span)
         n_ctx = config.n_slots * config.n_ctx_slot
@@ -61,6 +63,7 @@ class Engine:
                 n_ctx=n_ctx, n_batch=n_batch, n_ubatch=min(config.n_ubatch, n_batch), n_seq_max=config.n_slots,
                 n_outputs_max=config.n_slots * span, n_outputs_max_per_seq=span,
                 n_threads=config.n_threads, feature_layers=tuple(pair.feature_layers) if spec else (),
+                kv_unified=config.kv_unified,
             ),
         )
         self.verifier = Verifier(self.target_ctx, with_features=spec)

@@ -98,7 +98,7 @@ def run(args) -> dict:
     # no prompt cache: prompts rarely share prefixes here, and a cache would only hold memory and copy KV
     cfg = EngineConfig(n_slots=args.slots, n_ctx_slot=args.max_prompt + args.n_new + 8, n_batch=args.n_batch,
                        n_ubatch=min(args.n_batch, 512), n_gpu_layers=args.ngl, n_threads=args.threads,
-                       check_invariants=False)
+                       check_invariants=False, kv_unified=not args.kv_streams)
     llm = load(args.target, None, cfg, cache=CacheConfig(reuse=False, ram_mib=0, checkpoint_every=0))
     engine = llm.engine
     model = engine.model
@@ -195,6 +195,8 @@ def main(argv=None):
     ap.add_argument("--stop", type=int, default=0,
                     help="end before this prompt line (0: the end), so that processes sharing a GPU split the file")
     ap.add_argument("--shard-rows", type=int, default=4096)
+    ap.add_argument("--kv-streams", action="store_true",
+                    help="a KV stream per slot instead of one pool: attention over a slot's own cells only")
     ap.add_argument("--log-every", type=float, default=20)
     run(ap.parse_args(argv))
 

@@ -101,13 +101,14 @@ suite)
     use_build
     python3 scripts/eval_drafter.py --suite --ngl -1 --threads 8 --n 10 --tokens 256 --drafter "${2:-pydflash/models/gemma-3-270m-dflash-q8_0.gguf}" \
         --out $OUT/drafter_suite_gpu.json ;;
-gen)  # NPROC generator processes share the GPU, process i on lines SKIP + i * SPAN .. SKIP + (i + 1) * SPAN
+gen)  # NPROC generator processes share the GPU, process i on lines SKIP + i * SPAN .. SKIP + (i + 1) * SPAN;
+      # GEN_ARGS passes more flags (--kv-streams)
     use_build
     skip=${3:-0}; span=${5:-30000}; nproc=${6:-2}
     for i in $(seq 0 $((nproc - 1))); do
         python3 -m pydflash.train.generate --target $W/gemma.gguf --prompts .device-bench/corpus/prompts.jsonl.gz \
             --out $W/data/p$i --ngl -1 --threads 4 --slots "${4:-128}" --n-new 256 --seconds "${2:-400}" \
-            --skip $((skip + i * span)) --stop $((skip + (i + 1) * span)) > $W/gen$i.log 2>&1 &
+            --skip $((skip + i * span)) --stop $((skip + (i + 1) * span)) ${GEN_ARGS:-} > $W/gen$i.log 2>&1 &
     done
     wait || true
     for i in $(seq 0 $((nproc - 1))); do
