@@ -1,7 +1,7 @@
 """Training responses from the real target: batched plain greedy decoding of the GGUF through pydflash.
 
     python -m pydflash.train.generate --target TARGET.gguf --prompts prompts.jsonl.gz --out DIR \
-        --ngl -1 --slots 256 --n-new 256 --seconds 400 [--skip N]
+        --ngl -1 --slots 128 --n-new 256 --seconds 400 [--skip N] [--stop M] [--kv-streams]
 
 The PyTorch port of the target agrees with llama.cpp on only 74.5 % of whole greedy continuations
 (docs/drafter.md), so responses come from the GGUF itself, through the same engine that serves it: a drafter
