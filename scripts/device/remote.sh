@@ -105,6 +105,11 @@ gen)  # NPROC generator processes share the GPU, process i on lines SKIP + i * S
       # GEN_ARGS passes more flags (--kv-streams)
     use_build
     skip=${3:-0}; span=${5:-30000}; nproc=${6:-2}
+    if [ -f $W/slots_gpu.json ] && [ -z "${GEN_ARGS+x}" ]; then  # per-slot KV streams if `slots` found them faster
+        GEN_ARGS=$(python3 -c "import json; r = {(x['layout'], x['slots']): x['step_ms'] for x in json.load(open('$W/slots_gpu.json'))['rows']}
+print('--kv-streams' if r.get(('streams', 128), 1e9) < r.get(('unified', 128), 0) else '')")
+        echo "gen: GEN_ARGS='$GEN_ARGS' (from slots_gpu.json)"
+    fi
     for i in $(seq 0 $((nproc - 1))); do
         python3 -m pydflash.train.generate --target $W/gemma.gguf --prompts .device-bench/corpus/prompts.jsonl.gz \
             --out $W/data/p$i --ngl -1 --threads 4 --slots "${4:-128}" --n-new 256 --seconds "${2:-400}" \
@@ -146,6 +151,7 @@ suite2)
 slots)
     use_build
     python3 scripts/bench_slots.py --ngl -1 --threads 8 --slots 1,8,16,64,128 --prompt 256 --out $OUT/slots_gpu.json
+    cp $OUT/slots_gpu.json $W/  # `gen` picks its KV layout from it
     PYDFLASH_PER_ROW_GREEDY=1 python3 scripts/bench_slots.py --ngl -1 --threads 8 --slots 1,8,16,64,128 --prompt 256 \
         --layouts unified --out $OUT/slots_gpu_per_row.json ;;
 repro)
