@@ -25,7 +25,8 @@
 #   remote.sh sampling  scripts/bench_sampling.py (issue 15): rejection against sample-and-match at T 0.7 / 1.0,
 #                     without and with top-p 0.9
 #   remote.sh gen [SECONDS] [SKIP] [SLOTS] [SPAN] [NPROC]  issue 14: the target's greedy responses to the carried
-#                     corpus (.device-bench/corpus/prompts.jsonl.gz, pydflash.train.corpus) through pydflash on the
+#                     corpus (.device-bench/corpus/prompts.jsonl.gz: `python -m pydflash.train.corpus --n 60000 --seed 0
+#                     --out .device-bench/corpus/prompts.jsonl.gz` after prepare_carry.sh) through pydflash on the
 #                     GPU, NPROC processes on SPAN lines each from SKIP; shards stay in $W/data for `train` and come
 #                     back as data.tar.NN
 #   remote.sh train [SECONDS] [LAYERS]  continue the shipped drafter on $W/data (pydflash.train.trainer), export the
@@ -120,7 +121,7 @@ print('--kv-streams' if r.get(('streams', 128), 1e9) < r.get(('unified', 128), 0
         grep -v "^llama_\|^load\|^print_info" $W/gen$i.log | tail -3; cp $W/data/p$i/generate.json $OUT/generate_p$i.json
     done
     tar cf - -C $W --exclude=generate.json data | split -b 15000000 -d -a 2 - $OUT/data.tar. ;;
-train)  # DATA=folders (default: what `gen` left in $W/data)
+train)  # DATA=folders (default: the committed runs in pydflash/train/gguf_data and what `gen` left in $W/data)
     use_build
     # torch and our CUDA libllama in one process abort ("free(): invalid pointer", H200): the trainer needs no
     # llama.cpp, so pydflash's import must not load it
@@ -130,7 +131,7 @@ train)  # DATA=folders (default: what `gen` left in $W/data)
     secs=${2:-450}
     set +e
     timeout $((secs + 240)) env -u PYDFLASH_LIB_DIR python3 -m pydflash.train.trainer --gguf $W/gemma.gguf \
-        --out $W/drafter --data "${DATA:-$(ls -d $W/data/p* | paste -sd,)}" \
+        --out $W/drafter --data "${DATA:-$(ls -d pydflash/train/gguf_data/*/*/ $W/data/p*/ 2>/dev/null | sed 's:/$::' | paste -sd,)}" \
         --init pydflash/models/gemma-3-270m-dflash.safetensors --layers "${3:-4}" --seconds "$secs" ${TRAIN_ARGS:-} \
         > $OUT/train_stdout.log 2>&1
     echo "trainer exit $?"; grep -v Warning $OUT/train_stdout.log | tail -30
