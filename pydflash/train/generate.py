@@ -147,7 +147,7 @@ def run(args) -> dict:
             counts["stopped"] += res.finish_reason == "stop"
             counts["by_kind"][KINDS[kind]] += 1
         now = time.perf_counter()
-        if now >= deadline:  # drop what is still running: a half response would teach a false ending
+        if now >= deadline:  # what is still running is dropped: only finished results carry their tokens here
             for rid in list(pending):
                 engine.cancel(rid)
             pending.clear()
