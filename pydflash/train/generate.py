@@ -82,7 +82,8 @@ def load_shards(folder: str) -> dict[str, np.ndarray]:
     if not parts:
         raise FileNotFoundError(f"no shard-*.npz in {folder}")
     tokens = np.concatenate([p["tokens"] for p in parts])
-    starts = np.concatenate([p["offsets"][:-1] + sum(len(q["tokens"]) for q in parts[:i]) for i, p in enumerate(parts)])
+    bases = np.cumsum([0] + [len(p["tokens"]) for p in parts[:-1]])  # where each shard's tokens start in `tokens`
+    starts = np.concatenate([p["offsets"][:-1] + base for p, base in zip(parts, bases)])
     lens = np.concatenate([np.diff(p["offsets"]) for p in parts])
     return {"tokens": tokens, "starts": starts.astype(np.int64), "lens": lens.astype(np.int64),
             **{k: np.concatenate([p[k] for p in parts]) for k in ("prompt_len", "kind", "index")}}

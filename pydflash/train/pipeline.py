@@ -53,12 +53,12 @@ def generate(target, prompts: np.ndarray, n_new: int, batch: int, deadline: floa
 
 
 @torch.no_grad()
-def features(target, tokens: torch.Tensor, layer_ids, batch: int = 64) -> torch.Tensor:
-    out = torch.empty((*tokens.shape, len(layer_ids) * target.cfg.n_embd), dtype=torch.bfloat16,
-                      device=tokens.device)
+def features(target, tokens: torch.Tensor, layer_ids, batch: int = 64, dtype=torch.bfloat16) -> torch.Tensor:
+    """Teacher-forced outputs of the target layers, concatenated, ``batch`` rows per forward."""
+    out = torch.empty((*tokens.shape, len(layer_ids) * target.cfg.n_embd), dtype=dtype, device=tokens.device)
     for s in range(0, tokens.shape[0], batch):
         _, f = target(tokens[s:s + batch], 0, layers_out=tuple(layer_ids), logits="none")
-        out[s:s + batch] = torch.cat([f[j] for j in layer_ids], dim=-1).to(torch.bfloat16)
+        out[s:s + batch] = torch.cat([f[j] for j in layer_ids], dim=-1).to(dtype)
     return out
 
 

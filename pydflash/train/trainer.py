@@ -33,7 +33,7 @@ import torch
 from .drafter import DFlashDrafter, DrafterConfig, draft_logits_loss
 from .evaluate import evaluate
 from .generate import KINDS, load_shards
-from .pipeline import Log, save_drafter
+from .pipeline import Log, features, save_drafter
 from .target import GemmaTarget, load_gguf_weights
 
 PAD = 0
@@ -76,14 +76,6 @@ def pad(rows: list[tuple[np.ndarray, int]], device) -> tuple[torch.Tensor, torch
     return torch.from_numpy(tok).to(device), lens, starts
 
 
-@torch.no_grad()
-def features(target: GemmaTarget, tokens: torch.Tensor, layer_ids) -> torch.Tensor:
-    """Teacher-forced target features; padding sits after each row's end, so the causal mask keeps it out.
-    bf16 on a GPU (the drafter trains under bf16 autocast there), f32 on a CPU (no autocast)."""
-    _, f = target(tokens, 0, layers_out=tuple(layer_ids), logits="none")
-    return torch.cat([f[j] for j in layer_ids], dim=-1).to(torch.bfloat16 if tokens.is_cuda else torch.float32)
-
-
 def init_files(path: str) -> tuple[str, str]:
     """(weights, config.json) of a drafter: a z-lab folder, or a .safetensors file with ``<stem>.config.json`` beside
     it (how pydflash/models ships them)."""
@@ -116,6 +108,11 @@ def load_init(path: str, layers: int, device) -> DFlashDrafter:
     return model.to(device)
 
 
+def feature_dtype(device) -> torch.dtype:
+    """bf16 on a GPU (the drafter trains under bf16 autocast there), f32 on a CPU (no autocast)."""
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
 def holdout_eval(model, embd, target, rows: Rows, layer_ids, n_per_kind: int, device) -> dict:
     out = {}
     kinds = rows.data["kind"][rows.holdout]
@@ -126,7 +123,7 @@ def holdout_eval(model, embd, target, rows: Rows, layer_ids, n_per_kind: int, de
         steps = committed = 0
         for i in idx:
             tok, lens, starts = pad([rows.row(int(i))], device)
-            f = features(target, tok, layer_ids)
+            f = features(target, tok, layer_ids, dtype=feature_dtype(device))
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
                 r = evaluate(model, embd, f, tok, starts.tolist(), lens.tolist(), model.config.block_size)
             steps, committed = steps + r["steps"], committed + r["committed"]
@@ -150,7 +147,8 @@ def train(model, embd, target, rows: Rows, layer_ids, args, log, device):
             g["lr"] = lr
         idx = rows.batch(rng, args.token_budget, args.max_rows)
         tok, lens, starts = pad([rows.row(i) for i in idx], device)
-        f = features(target, tok, layer_ids)
+        # padding sits after each row's end, so the causal mask keeps it out of every real position's features
+        f = features(target, tok, layer_ids, dtype=feature_dtype(device))
         hi = (lens - 2).clamp(min=0)
         anchors = starts[:, None] + (torch.rand(len(idx), args.anchors, device=device)
                                      * (hi - starts + 1).clamp(min=1)[:, None]).long()
@@ -207,7 +205,7 @@ def main(argv=None):
     cfg, w = load_gguf_weights(args.gguf, threads=16)
     target = GemmaTarget(cfg, w, dtype=torch.float32, device=device)
     del w
-    embd = target.embd.to(torch.bfloat16 if device.type == "cuda" else torch.float32)
+    embd = target.embd.to(feature_dtype(device))
     log(f"target loaded on {device}")
     layer_ids = [int(x) for x in args.target_layers.split(",")]
     data = load_shards(args.data)
