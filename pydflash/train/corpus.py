@@ -26,6 +26,7 @@ import random
 import re
 import sys
 import time
+from collections import Counter
 
 from . import corpus_synth as synth
 from . import eval_suite
@@ -255,10 +256,6 @@ def valid(kind: str, text: str, ratio: float, heldout: Heldout, leaks: Leaks) ->
     return not SPECIAL_RE.search(body) and not leaks(text) and not heldout.hits(text)
 
 
-def length_class(tokens: int) -> str:
-    return eval_suite.length_class(tokens)
-
-
 def build(n: int, seed: int = 0, sources: list[Source] | None = None, heldout: list[str] | None = None,
           log=lambda *a: None) -> tuple[list[dict], dict]:
     """n prompts and the build's statistics. ``sources`` and ``heldout`` (texts) default to this machine's."""
@@ -285,7 +282,7 @@ def build(n: int, seed: int = 0, sources: list[Source] | None = None, heldout: l
             raise RuntimeError(f"no valid {kind} prompt of ~{tokens} tokens in 50 tries")
         seen.add(text)
         prompts.append({"kind": kind, "source": source, "text": text,
-                        "_class": length_class(synth.est_tokens(text, ratio))})
+                        "_class": eval_suite.length_class(synth.est_tokens(text, ratio))})
         if (i + 1) % 5000 == 0:
             log(f"{i + 1}/{n} prompts")
     info = {"files": {s.label: len(s.paths) for s in sources}, "licenses": {s.label: s.license for s in sources},
@@ -294,7 +291,7 @@ def build(n: int, seed: int = 0, sources: list[Source] | None = None, heldout: l
 
 
 def manifest(prompts: list[dict], info: dict, n: int, seed: int, sha256: str) -> dict:
-    count = lambda key: dict(sorted(_counter(key(p) for p in prompts).items()))
+    count = lambda key: dict(sorted(Counter(key(p) for p in prompts).items()))
     licenses = dict(info["licenses"])
     licenses["synthetic-*"] = "written by pydflash/train/corpus_synth.py (MIT)"
     licenses["chat-*"] = "pydflash templates (MIT) over the corpus sources above"
@@ -311,13 +308,6 @@ def manifest(prompts: list[dict], info: dict, n: int, seed: int, sha256: str) ->
             "packages": packages, "files": info["files"], "heldout_rows": info["heldout_rows"],
             "dropped_files": info["dropped_files"], "dropped_prompts": info["dropped_prompts"],
             "duplicates": info["duplicates"]}
-
-
-def _counter(items) -> dict:
-    out: dict = {}
-    for x in items:
-        out[x] = out.get(x, 0) + 1
-    return out
 
 
 def write(prompts: list[dict], path: str) -> str:
