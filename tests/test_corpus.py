@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from pydflash.server.chat import GEMMA, ChatTemplate
 from pydflash.train import corpus, eval_suite
 from pydflash.train import corpus_synth as synth
 
@@ -58,6 +59,13 @@ def test_chat_prompts_are_exact_gemma_turns(built):
     assert not any(corpus.SPECIAL_RE.search(p["text"]) for p in built[0] if p["kind"] != "chat")
     assert CHAT_RE.fullmatch(synth.conversation([("hi", "hello")], "bye"))
     assert not CHAT_RE.fullmatch(synth.turn("hi") + "extra")
+    # what the server sends for those messages, whitespace included: its template trims each message
+    server = ChatTemplate(GEMMA, "gemma")
+    pattern = re.compile(r"<start_of_turn>(user|model)\n(.*?)<end_of_turn>\n", re.S)
+    for t in chats:
+        msgs = [{"role": "user" if r == "user" else "assistant", "content": c} for r, c in pattern.findall(t)]
+        assert server.render(msgs) == t
+    assert synth.turn("  code block\n\n") == server.render([{"role": "user", "content": "code block"}])
 
 
 def test_no_eval_suite_text_leaks(built):

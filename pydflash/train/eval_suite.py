@@ -22,6 +22,8 @@ from typing import Union
 
 import numpy as np
 
+from .corpus_synth import turn
+
 HELDOUT = pathlib.Path(__file__).resolve().parent / "heldout_eval.npz"
 LENGTHS = {"short": 12, "medium": 96, "long": 200}  # tokens kept of a held-out row (BOS included)
 TARGETS = {"code": 4.5, "prose": 3.5, "chat": 3.5, "repetition": 8.0}
@@ -45,7 +47,7 @@ def bucket(kind: str, n_tokens: int) -> str:
 
 
 def _turn(user: str, context: str = "") -> str:
-    return f"<start_of_turn>user\n{context}{user}<end_of_turn>\n<start_of_turn>model\n"
+    return turn(context + user)  # the server's Gemma template, as the corpus renders its chat prompts
 
 
 CHAT_SHORT = [
