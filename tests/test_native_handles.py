@@ -83,3 +83,40 @@ def test_per_sequence_streams_decode_like_the_pool(tiny):
         assert [ctx.seq_pos_max(s) for s in range(4)] == [6] * 4
         ctx.close()
     assert picks[True] == picks[False]
+
+
+def test_ctrl_c_inside_the_log_callback_is_not_lost(tiny, monkeypatch, capfd):
+    """A KeyboardInterrupt raised while llama.cpp is inside our log callback (a Ctrl-C landing there; seen in the
+    CLI's Ctrl-C test) cannot cross ctypes, which printed "Exception ignored" and dropped it: the decode that was
+    running raises it when it returns."""
+    import sys
+
+    from pydflash.native import _lib
+
+    monkeypatch.setattr(sys, "unraisablehook", _lib._keep_interrupts)  # pytest puts its own in for each test
+
+    class Interrupting:
+        def append(self, _msg):
+            raise KeyboardInterrupt
+
+    model = Model(tiny("qwen3").target)
+    ctx = Context(model, ContextParams(n_ctx=64, n_batch=16, n_ubatch=16))
+    b = TokenBatch(16)
+    b.add([5, 6, 7], 0, 0, True)
+    monkeypatch.setattr(_lib, "recent_errors", Interrupting())
+    real = _lib.C.llama_decode
+
+    def decode_that_logs(*args):  # llama.cpp calls our callback in the middle of a decode
+        _lib._log(_lib.GGML_LOG_LEVEL_ERROR, b"an error line\n", None)  # through ctypes, as llama.cpp calls it
+        return real(*args)
+
+    monkeypatch.setattr(_lib.C, "llama_decode", decode_that_logs)
+    with pytest.raises(KeyboardInterrupt):
+        ctx.decode(b)
+    assert "Exception ignored" not in capfd.readouterr().err
+    assert not _lib.interrupted
+    monkeypatch.setattr(_lib.C, "llama_decode", real)
+    b.clear()
+    b.add([8], 3, 0, True)
+    ctx.decode(b)  # nothing left pending: the next call runs
+    ctx.close()

@@ -48,10 +48,10 @@ GGML_LOG_LEVEL_CONT = 5
 _last_level = 0
 # llama.cpp's recent error lines: folded into our exceptions (one line for the user) instead of printed.
 recent_errors: "collections.deque[str]" = collections.deque(maxlen=8)
+interrupted = False  # a KeyboardInterrupt that ended inside the log callback (_keep_interrupts)
 
 
-@C.llama_log_callback
-def _log(level, text, _user):
+def _log_py(level, text, _user):
     """llama.cpp logs every tensor at load: keep its errors for our messages; print all only if PYDFLASH_VERBOSE."""
     global _last_level
     if level != GGML_LOG_LEVEL_CONT:
@@ -61,6 +61,32 @@ def _log(level, text, _user):
         recent_errors.append(msg.strip())
     if os.environ.get("PYDFLASH_VERBOSE"):
         sys.stderr.write(msg)
+
+
+_log = C.llama_log_callback(_log_py)
+
+
+def _keep_interrupts(unraisable, _previous=sys.unraisablehook) -> None:
+    """A Ctrl-C that lands while llama.cpp is inside our log callback cannot leave it: ctypes hands the
+    KeyboardInterrupt to sys.unraisablehook, which printed "Exception ignored ..." and dropped it, and the
+    generation ran on. Keep it instead, for the native call's wrapper to raise when the call returns
+    (raise_if_interrupted); every other report goes to the previous hook."""
+    global interrupted
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and unraisable.object is _log_py:
+        interrupted = True
+        return
+    _previous(unraisable)
+
+
+sys.unraisablehook = _keep_interrupts
+
+
+def raise_if_interrupted() -> None:
+    """Raise the KeyboardInterrupt that arrived inside a llama.cpp callback during the native call just made."""
+    global interrupted
+    if interrupted:
+        interrupted = False
+        raise KeyboardInterrupt
 
 
 def last_error() -> str:

@@ -18,7 +18,7 @@ from ..errors import DecodeError, InvalidBatch, KVSlotFull, RollbackError
 from ._lib import (
     C, EmbdRow, batch_ext_add_embd, batch_ext_set_pos, get_sampled_candidates_count_ith, get_sampled_candidates_ith,
     get_sampled_probs_count_ith, get_sampled_probs_ith, get_sampled_token_ith, llama_get_embeddings_layer_inp,
-    llama_set_embeddings_layer_inp,
+    llama_set_embeddings_layer_inp, raise_if_interrupted,
 )
 from .handles import ContextParams, Model
 
@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 
 def _raise_for(code: int, what: str) -> None:
+    raise_if_interrupted()  # a Ctrl-C that llama.cpp's log callback swallowed during the call
     if code == 1:
         raise KVSlotFull(code, what)
     if code != 0:
