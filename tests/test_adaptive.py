@@ -235,6 +235,18 @@ def test_pauses_are_shared_and_grow():
     assert all(w == 4 for w in probe_widths[4:])  # after calibration
 
 
+def test_blank_probes_lengthen_pauses_faster():
+    """A probe with no draft accepted anywhere quadruples the next pause: a useless drafter reaches MAX_BACKOFF
+    within ~340 steps (4 + 16 + 64 + 256), where doubling took ~1020, so a fresh server's ramp stays cheap."""
+    for n in (1, 8):
+        reached = None
+        for step, policy, _, _, _ in simulate(GPU, [0.0] * n, 3000):
+            if policy.pause == adaptive.MAX_BACKOFF:
+                reached = step
+                break
+        assert reached is not None and reached < 500, (n, reached)
+
+
 def test_useless_drafter_steady_state_costs_few_steps():
     """Issue 13's useless-drafter bar: once pauses reach MAX_BACKOFF, features run only in the short lead-in and one
     step per pause probes, at any concurrency: at most 17 of 512 steps pay anything (3.3 %)."""

@@ -18,7 +18,8 @@ final comparison: drafting must beat R_plain by MARGIN, or nobody drafts this st
   counts blended with the engine's as a prior (one pair behaves alike across requests, so a useless drafter is
   recognised once, not once per request).
 - When nobody should draft, drafting pauses for the whole engine, for a number of steps that doubles while probes
-  keep failing (up to MAX_BACKOFF); then every slot probes once at its best drafting K. One shared pause means one
+  keep failing (up to MAX_BACKOFF), and quadruples after a probe in which no slot had a single draft accepted; then
+  every slot probes once at its best drafting K. One shared pause means one
   probe step per pause at any concurrency: per-slot probes at 16 slots put a probe in one step of every 16.
 - A slot left out while others draft gathers no evidence; after ``patience`` such decisions (doubling) it probes
   at its best drafting K, which costs little in a step that drafts anyway.
@@ -47,6 +48,11 @@ REPLAN_EVERY = 4  # steps a drafting decision is kept while the same slots run (
 REFRESH_PLAIN = 128  # while drafting, one plain step (features kept) in this many keeps the plain cost current
 MIN_BACKOFF = 4
 MAX_BACKOFF = 512
+# A probe in which no slot's first draft was accepted is strong evidence (a drafter that pays accepts its first
+# draft most of the time): the next pause grows 4x, not 2x. A useless drafter then reaches MAX_BACKOFF after
+# 4 + 16 + 64 + 256 steps with 4 probes instead of 1020 with 8, a ramp whose lead-in feature steps cost a
+# freshly started server ~3 % of its first thousand steps (issue 13: HTTP c1 ran at 0.92x of plain).
+BLANK_PROBE_GROWTH = 4
 # Steps before a probe during which a paused slot collects features again: the probe's drafter context. With the
 # shipped drafter, the last 32 positions keep held-out tau at 2.11 / 4.04 (code / prose) against 2.12 / 4.36 with
 # the full context; 16 drop prose to 3.37 (scripts/eval_restart_window.py, docs/drafter_restart_window_cpu.json).
@@ -118,6 +124,7 @@ class DraftPolicy:
     _age: int = 0  # steps it has been used
     _drafting_steps: int = 0  # steps decided outside pauses
     _lead: int = FEATURE_LEAD  # feature steps before the current pause's probe
+    _probe_hits: int | None = None  # drafts accepted in the last pause's probe step (None: no probe pending)
 
     def plan(self, slots: list[tuple[SlotPolicy, int]]) -> Plan:
         """K for each (slot policy, draft_max) of the running slots, chosen together."""
@@ -146,13 +153,14 @@ class DraftPolicy:
         plain = n / min(c.verify(n, n, features=False), c.verify(n, n, features=True))
         ks, probe = self._choose(n, curves, maxes, plain)
         self._last = None
+        blank_probe, self._probe_hits = self._probe_hits == 0, None
         if self.pause == 1:  # the probe: every slot drafts at its best drafting K
-            self.pause = 0
+            self.pause, self._probe_hits = 0, 0
             return Plan(probe(), True)
         if not any(ks):
             self.pause = self.backoff
             self._lead = SHORT_LEAD if self.pause >= LONG_PAUSE else FEATURE_LEAD
-            self.backoff = min(2 * self.backoff, MAX_BACKOFF)
+            self.backoff = min((BLANK_PROBE_GROWTH if blank_probe else 2) * self.backoff, MAX_BACKOFF)
             return Plan(zeros, self.pause <= self._lead)
         self.backoff = MIN_BACKOFF
         probes = None
@@ -193,6 +201,8 @@ class DraftPolicy:
         return Plan([maxes[j] if k == j else 0 for k in range(n)], True)
 
     def observe(self, slot: SlotPolicy, n_drafts: int, n_accepted: int) -> None:
+        if self._probe_hits is not None:
+            self._probe_hits += n_accepted
         if n_drafts:
             slot.counts.observe(n_drafts, n_accepted)
             self.prior.observe(n_drafts, n_accepted)
