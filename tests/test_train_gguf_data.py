@@ -145,3 +145,30 @@ def test_committed_responses_are_the_gguf_targets_greedy_text(gemma_path):
                 oracle.check(row[:plen], row[plen:plen + 24], max_regret=0.5, max_flips=2)
     finally:
         oracle.llm.close()
+
+
+def test_training_keeps_the_best_held_out_checkpoint(tmp_path):
+    """Best saves only an improvement in mean held-out tau: later, worse weights never replace it."""
+    import math
+
+    from pydflash.train.drafter import DFlashDrafter, DrafterConfig
+    from pydflash.train.trainer import Best, init_files
+
+    c = DrafterConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                      intermediate_size=64, vocab_size=50, num_target_layers=8, target_layer_ids=(1, 3),
+                      block_size=4, mask_token_id=4, input_embedding_scale=math.sqrt(32))
+    from safetensors.torch import load_file
+    torch.manual_seed(0)
+    model = DFlashDrafter(c)
+    best = Best(str(tmp_path), 2.0, {"code": {"tau": 2.0}})
+    best.offer(model, 10, {"code": {"tau": 1.5}, "prose": {"tau": 2.0}}, print)  # mean 1.75: not kept
+    assert not (tmp_path / "model.safetensors").exists() and best.step == 0
+    best.offer(model, 20, {"code": {"tau": 2.5}, "prose": {"tau": 2.1}}, print)  # mean 2.3: kept
+    kept = load_file(init_files(str(tmp_path))[0])
+    assert best.step == 20 and best.tau == pytest.approx(2.3)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    best.offer(model, 30, {"code": {"tau": 2.2}}, print)  # worse: the saved weights stay step 20's
+    again = load_file(init_files(str(tmp_path))[0])
+    assert best.step == 20 and all(torch.equal(kept[k], again[k]) for k in kept)

@@ -133,10 +133,33 @@ def holdout_eval(model, embd, target, rows: Rows, layer_ids, n_per_kind: int, de
     return out
 
 
-def train(model, embd, target, rows: Rows, layer_ids, args, log, device):
+def mean_tau(result: dict) -> float:
+    """One number to pick checkpoints by: held-out tau averaged over kinds (each kind counts alike)."""
+    return float(np.mean([r["tau"] for r in result.values()])) if result else 0.0
+
+
+class Best:
+    """The best weights by held-out tau, saved to OUT as they are found. Many epochs over a few million tokens can
+    overfit a drafter of ~11 M parameters; the held-out check every ``--eval-every`` seconds keeps the weights of
+    the best point, not of wherever the time budget ended."""
+
+    def __init__(self, out: str, tau: float, result: dict):
+        self.out, self.tau, self.result, self.step = out, tau, result, 0
+
+    def offer(self, model, step: int, result: dict, log) -> None:
+        tau = mean_tau(result)
+        if tau > self.tau:
+            self.tau, self.result, self.step = tau, result, step
+            save_drafter(model, self.out)
+            log(f"step {step}: held-out tau {tau:.3f}, the best so far: saved")
+        else:
+            log(f"step {step}: held-out tau {tau:.3f} (best {self.tau:.3f} at step {self.step})")
+
+
+def train(model, embd, target, rows: Rows, layer_ids, args, log, device, best: Best):
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     rng = np.random.default_rng(args.seed)
-    t0, step, hist, last_save = time.time(), 0, [], time.time()
+    t0, step, hist, last_eval = time.time(), 0, [], time.time()
     tokens_seen = 0
     while True:
         frac = (time.time() - t0) / args.seconds
@@ -161,9 +184,11 @@ def train(model, embd, target, rows: Rows, layer_ids, args, log, device):
         opt.step()
         step += 1
         tokens_seen += int(lens.sum())
-        if time.time() - last_save > 120:
-            save_drafter(model, args.out)
-            last_save = time.time()
+        if time.time() - last_eval > args.eval_every:
+            model.eval()
+            best.offer(model, step, holdout_eval(model, embd, target, rows, layer_ids, args.eval_per_kind, device), log)
+            model.train()
+            last_eval = time.time()
         if step % args.log_every == 0:
             acc = st["acc"].tolist()
             hist.append({"step": step, "loss": round(loss.item(), 4), "t": round(time.time() - t0, 1)})
@@ -187,7 +212,8 @@ def main(argv=None):
     ap.add_argument("--max-rows", type=int, default=64)
     ap.add_argument("--anchors", type=int, default=16, help="draft blocks per row")
     ap.add_argument("--max-len", type=int, default=1280)
-    ap.add_argument("--holdout", type=float, default=0.01)
+    ap.add_argument("--holdout", type=float, default=0.02)
+    ap.add_argument("--eval-every", type=float, default=150, help="seconds between held-out checks (best kept)")
     ap.add_argument("--eval-per-kind", type=int, default=24)
     ap.add_argument("--target-layers", default="1,4,8,12,15")
     ap.add_argument("--log-every", type=int, default=100)
@@ -228,15 +254,20 @@ def main(argv=None):
     model.eval()
     before = holdout_eval(model, embd, target, rows, layer_ids, args.eval_per_kind, device)
     log(f"held-out tau before: {before}")
-    model.train()
-    steps, hist, seen = train(model, embd, target, rows, layer_ids, args, log, device)
-    model.eval()
-    after = holdout_eval(model, embd, target, rows, layer_ids, args.eval_per_kind, device)
-    log(f"held-out tau after: {after}")
+    # the starting point counts as a candidate: if training never beats it, OUT holds the initial weights
     save_drafter(model, args.out)
+    best = Best(args.out, mean_tau(before), before)
+    model.train()
+    steps, hist, seen = train(model, embd, target, rows, layer_ids, args, log, device, best)
+    model.eval()
+    end = holdout_eval(model, embd, target, rows, layer_ids, args.eval_per_kind, device)
+    best.offer(model, steps, end, log)
+    after = best.result
+    log(f"held-out tau at the end: {end}; kept (step {best.step}): {after}")
     metrics = {"drafter_params": n_params, "layers": model.config.num_hidden_layers,
                "train_rows": int(len(rows.train)), "train_response_tokens": resp,
                "train_steps": steps, "row_tokens_seen": seen, "holdout_before": before, "holdout_after": after,
+               "holdout_end": end, "kept_step": best.step,
                "loss_history": hist, "total_seconds": round(time.time() - t_start, 1), "args": vars(args)}
     with open(os.path.join(args.out, "train.json"), "w") as f:
         json.dump(metrics, f, indent=1)

@@ -28,9 +28,13 @@
 #                     corpus (.device-bench/corpus/prompts.jsonl.gz: `python -m pydflash.train.corpus --n 60000 --seed 0
 #                     --out .device-bench/corpus/prompts.jsonl.gz` after prepare_carry.sh) through pydflash on the
 #                     GPU, NPROC processes on SPAN lines each from SKIP; shards stay in $W/data for `train` and come
-#                     back as data.tar.NN
+#                     back as data.tar.NN; GEN_TAG=x writes $W/data/xp$i, so a second gen call keeps the first's shards
 #   remote.sh train [SECONDS] [LAYERS]  continue the shipped drafter on $W/data (pydflash.train.trainer), export the
 #                     Q8_0 GGUF to $W/drafter; weights come back as model.safetensors.NN, logs in train_meta.tgz
+#   remote.sh trainbg [SECONDS] [LAYERS]  the same training, started detached (it survives the call) from a copy of
+#                     the tree, so that later calls (gen, slots) run while it trains; the model is assembled without
+#                     waiting for the CUDA build (the trainer needs no llama.cpp)
+#   remote.sh trainwait [MAX_WAIT]  wait for trainbg, export the GGUF, return what `train` returns
 #   remote.sh suite2  issue 14's suite for the new drafter ($W/drafter) and the shipped one, and step_costs.py with
 #                     the new drafter (its block against a 16-token verify)
 #   remote.sh slots   scripts/bench_slots.py (issue 13's per-slot slope): KV pool vs streams, with patches/0005
@@ -48,9 +52,7 @@ mkdir -p $W
 use_build() {
     for _ in $(seq 1 110); do [ -f $W/build.rc ] && break; sleep 5; done
     [ "$(cat $W/build.rc)" = 0 ] || { tail -20 $W/build.log; exit 1; }
-    if [ ! -f $W/gemma.gguf ]; then
-        cat $W/part* > $W/gemma.gguf && sha256sum $W/gemma.gguf | cut -c1-64 | diff - $W/model.sha256
-    fi
+    assemble_model
     mkdir -p .cache/models pydflash/models
     ln -sf $W/gemma.gguf .cache/models/gemma-3-270m-q4_k_m.gguf
     [ -f pydflash/models/gemma-3-270m-dflash-q8_0.gguf ]  # the shipped drafter is tracked: it travels with the tree
@@ -58,6 +60,29 @@ use_build() {
     # .git does not travel: pass PYDFLASH_TREE_COMMIT=<local HEAD at call time> in the command; commit.txt is only
     # the HEAD when g1 was packed
     export PYDFLASH_TREE_COMMIT="${PYDFLASH_TREE_COMMIT:-$(cat $W/commit.txt) (HEAD when g1 was packed)}"
+}
+
+assemble_model() {
+    if [ ! -f $W/gemma.gguf ]; then
+        cat $W/part* > $W/gemma.gguf.tmp && sha256sum $W/gemma.gguf.tmp | cut -c1-64 | diff - $W/model.sha256 \
+            && mv $W/gemma.gguf.tmp $W/gemma.gguf
+    fi
+}
+
+# torch and our CUDA libllama in one process abort ("free(): invalid pointer", H200): the trainer needs no
+# llama.cpp, so pydflash's import must not load it. Bounded by a timeout so that the export always runs; the first
+# try, during the CUDA build's 16 compile jobs, ran past its call's limit and returned nothing.
+train_cmd() {  # SECONDS LAYERS, from a tree root; DATA / TRAIN_ARGS from the environment
+    timeout $(($1 + 300)) env -u PYDFLASH_LIB_DIR python3 -m pydflash.train.trainer --gguf $W/gemma.gguf \
+        --out $W/drafter --data "${DATA:-$(ls -d $PWD/pydflash/train/gguf_data/*/*/ $W/data/*p*/ 2>/dev/null | sed 's:/$::' | paste -sd,)}" \
+        --init pydflash/models/gemma-3-270m-dflash.safetensors --layers "$2" --seconds "$1" ${TRAIN_ARGS:-}
+}
+
+export_drafter() {
+    env -u PYDFLASH_LIB_DIR python3 -m pydflash.train.export_gguf --drafter $W/drafter --target $W/gemma.gguf \
+        --out $W/drafter/drafter-q8_0.gguf --type q8_0 2>&1 | tail -3
+    split -b 15000000 -d -a 2 $W/drafter/model.safetensors $OUT/model.safetensors.
+    tar czf $OUT/train_meta.tgz -C $W/drafter config.json train.json train.log
 }
 
 BENCH="python3 scripts/bench.py --ngl -1 --threads 8"
@@ -113,33 +138,38 @@ print('--kv-streams' if r.get(('streams', 128), 1e9) < r.get(('unified', 128), 0
     fi
     for i in $(seq 0 $((nproc - 1))); do
         python3 -m pydflash.train.generate --target $W/gemma.gguf --prompts .device-bench/corpus/prompts.jsonl.gz \
-            --out $W/data/p$i --ngl -1 --threads 4 --slots "${4:-128}" --n-new 256 --seconds "${2:-400}" \
+            --out $W/data/${GEN_TAG:-}p$i --ngl -1 --threads 4 --slots "${4:-128}" --n-new 256 --seconds "${2:-400}" \
             --skip $((skip + i * span)) --stop $((skip + (i + 1) * span)) ${GEN_ARGS:-} > $W/gen$i.log 2>&1 &
     done
     wait || true
     for i in $(seq 0 $((nproc - 1))); do
-        grep -v "^llama_\|^load\|^print_info" $W/gen$i.log | tail -3; cp $W/data/p$i/generate.json $OUT/generate_p$i.json
+        grep -v "^llama_\|^load\|^print_info" $W/gen$i.log | tail -3
+        cp $W/data/${GEN_TAG:-}p$i/generate.json $OUT/generate_${GEN_TAG:-}p$i.json
     done
     tar cf - -C $W --exclude=generate.json data | split -b 15000000 -d -a 2 - $OUT/data.tar. ;;
 train)  # DATA=folders (default: the committed runs in pydflash/train/gguf_data and what `gen` left in $W/data)
     use_build
-    # torch and our CUDA libllama in one process abort ("free(): invalid pointer", H200): the trainer needs no
-    # llama.cpp, so pydflash's import must not load it
-    # the log goes to $OUT as it is written, so that a call cut at its limit still tells where the time went (the
-    # first try, during the CUDA build's 16 compile jobs, ran past 560 s and returned nothing); the trainer is
-    # bounded so the export always runs
-    secs=${2:-450}
     set +e
-    timeout $((secs + 240)) env -u PYDFLASH_LIB_DIR python3 -m pydflash.train.trainer --gguf $W/gemma.gguf \
-        --out $W/drafter --data "${DATA:-$(ls -d pydflash/train/gguf_data/*/*/ $W/data/p*/ 2>/dev/null | sed 's:/$::' | paste -sd,)}" \
-        --init pydflash/models/gemma-3-270m-dflash.safetensors --layers "${3:-4}" --seconds "$secs" ${TRAIN_ARGS:-} \
-        > $OUT/train_stdout.log 2>&1
+    train_cmd "${2:-450}" "${3:-4}" > $OUT/train_stdout.log 2>&1
     echo "trainer exit $?"; grep -v Warning $OUT/train_stdout.log | tail -30
     set -e
-    env -u PYDFLASH_LIB_DIR python3 -m pydflash.train.export_gguf --drafter $W/drafter --target $W/gemma.gguf \
-        --out $W/drafter/drafter-q8_0.gguf --type q8_0 2>&1 | tail -3
-    split -b 15000000 -d -a 2 $W/drafter/model.safetensors $OUT/model.safetensors.
-    tar czf $OUT/train_meta.tgz -C $W/drafter config.json train.json train.log ;;
+    export_drafter ;;
+trainbg)
+    assemble_model
+    rm -rf $W/trainsrc $W/train.rc && mkdir -p $W/trainsrc && cp -r pydflash $W/trainsrc/
+    # the next call replaces this tree: the detached trainer runs from its own copy
+    export PYTHONPATH=$W/site:$W/trainsrc PYTHONUNBUFFERED=1
+    declare -f train_cmd > $W/train_fn.sh
+    setsid nohup bash -c "cd $W/trainsrc && source $W/train_fn.sh && W=$W DATA='${DATA:-}' TRAIN_ARGS='${TRAIN_ARGS:-}' \
+        train_cmd ${2:-450} ${3:-4} > $W/train_stdout.log 2>&1; echo \$? > $W/train.rc" > /dev/null 2>&1 &
+    sleep 60; grep -v Warning $W/train_stdout.log | tail -5 ;;
+trainwait)
+    for _ in $(seq 1 $(( ${2:-500} / 5 ))); do [ -f $W/train.rc ] && break; sleep 5; done
+    cp $W/train_stdout.log $OUT/
+    echo "trainer exit $(cat $W/train.rc 2>/dev/null || echo 'still running')"; grep -v Warning $W/train_stdout.log | tail -30
+    [ -f $W/train.rc ]
+    use_build
+    export_drafter ;;
 suite2)
     use_build
     for which in new old; do
