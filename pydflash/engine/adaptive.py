@@ -18,8 +18,9 @@ final comparison: drafting must beat R_plain by MARGIN, or nobody drafts this st
   counts blended with the engine's as a prior (one pair behaves alike across requests, so a useless drafter is
   recognised once, not once per request).
 - When nobody should draft, drafting pauses for the whole engine, for a number of steps that doubles while probes
-  keep failing (up to MAX_BACKOFF), and quadruples after a probe in which no slot had a single draft accepted; then
-  every slot probes once at its best drafting K. One shared pause means one
+  keep failing (up to MAX_BACKOFF), and quadruples when the probe had no draft accepted anywhere and the engine's
+  evidence says first drafts are almost never accepted; then every slot probes once at its best drafting K, at
+  least PROBE_K (a probe of one draft tells nothing about the block's later positions). One shared pause means one
   probe step per pause at any concurrency: per-slot probes at 16 slots put a probe in one step of every 16.
 - A slot left out while others draft gathers no evidence; after ``patience`` such decisions (doubling) it probes
   at its best drafting K, which costs little in a step that drafts anyway.
@@ -28,7 +29,7 @@ final comparison: drafting must beat R_plain by MARGIN, or nobody drafts this st
 - Target features are extracted only when needed: in drafting steps and in the FEATURE_LEAD steps before a probe
   (SHORT_LEAD before the probe of a pause of LONG_PAUSE steps or more).
   The drafter's context then restarts from those features (see ``Slot``), at no extra target work.
-- Calibration: the first decode steps measure a plain step and every slot drafting 2; one slot's whole block is
+- Calibration: the first decode steps measure a plain step (features kept) and every slot drafting 2; one slot's whole block is
   measured once the drafts look good enough for it to matter (``_calibration``). Steps carrying a prompt chunk
   are not measured, so calibration lasts until enough pure decode steps were seen.
 """
@@ -48,11 +49,15 @@ REPLAN_EVERY = 4  # steps a drafting decision is kept while the same slots run (
 REFRESH_PLAIN = 128  # while drafting, one plain step (features kept) in this many keeps the plain cost current
 MIN_BACKOFF = 4
 MAX_BACKOFF = 512
-# A probe in which no slot's first draft was accepted is strong evidence (a drafter that pays accepts its first
-# draft most of the time): the next pause grows 4x, not 2x. A useless drafter then reaches MAX_BACKOFF after
-# 4 + 16 + 64 + 256 steps with 4 probes instead of 1020 with 8, a ramp whose lead-in feature steps cost a
-# freshly started server ~3 % of its first thousand steps (issue 13: HTTP c1 ran at 0.92x of plain).
+# A probe in which no slot's first draft was accepted, from a drafter whose first drafts the engine has (almost)
+# never seen accepted, is strong evidence: the next pause grows 4x, not 2x. A useless drafter then reaches
+# MAX_BACKOFF after ~340 steps with 4 probes instead of ~1020 with 8, a ramp whose lead-in feature steps cost a
+# freshly started server ~3 % of its first thousand steps (issue 13: HTTP c1 ran at 0.92x of plain). A useful drafter
+# (first drafts accepted ~75 % of the time) that has one unlucky probe keeps doubling.
 BLANK_PROBE_GROWTH = 4
+BLANK_FIRST_RATE = 0.1  # engine-wide acceptance of first drafts under which a drafter counts as useless
+BLANK_EVIDENCE = 3.0  # (decayed) first drafts seen before that rate is trusted
+PROBE_K = 4  # the least a probe drafts (where draft_max allows): enough positions to see whether a block pays
 # Steps before a probe during which a paused slot collects features again: the probe's drafter context. With the
 # shipped drafter, the last 32 positions keep held-out tau at 2.11 / 4.04 (code / prose) against 2.12 / 4.36 with
 # the full context; 16 drop prose to 3.37 (scripts/eval_restart_window.py, docs/drafter_restart_window_cpu.json).
@@ -160,7 +165,8 @@ class DraftPolicy:
         if not any(ks):
             self.pause = self.backoff
             self._lead = SHORT_LEAD if self.pause >= LONG_PAUSE else FEATURE_LEAD
-            self.backoff = min((BLANK_PROBE_GROWTH if blank_probe else 2) * self.backoff, MAX_BACKOFF)
+            useless = blank_probe and self._first_draft_rate() < BLANK_FIRST_RATE
+            self.backoff = min((BLANK_PROBE_GROWTH if useless else 2) * self.backoff, MAX_BACKOFF)
             return Plan(zeros, self.pause <= self._lead)
         self.backoff = MIN_BACKOFF
         probes = None
@@ -177,7 +183,7 @@ class DraftPolicy:
         return Plan(list(ks), True)
 
     def _calibration(self, slots: list[tuple[SlotPolicy, int]], maxes: list[int]) -> Plan | None:
-        """The first decode steps measure a plain step without features and every slot drafting 2 (past each one's
+        """The first decode steps measure a plain step (with features) and every slot drafting 2 (past each one's
         warm-up step on a GPU). One slot's whole block is measured too, but only once some slot's drafts look good
         enough for a long block to matter (2 drafts expected to yield >= 1 accepted): on a CPU that step costs ~10
         plain steps, which a useless drafter should never pay."""
@@ -185,8 +191,12 @@ class DraftPolicy:
         if self.calibrated == 2:
             return None
         if self.calibrated == 0:
-            if not c.verify_any[False].has(n):
-                return Plan([0] * n, False)
+            # the plain step keeps features on: a step without them would leave every running slot a feature gap,
+            # and the drafting steps right after would draft from an empty drafter context, the first evidence the
+            # engine-wide prior gets (a good drafter then looked useless from its first step on the H200). Plain
+            # steps without features are measured in the pauses.
+            if not c.verify_any[True].has(n):
+                return Plan([0] * n, True)
             small = [min(2, m) for m in maxes]
             if not (c.verify_any[True].has(n + sum(small)) and c.draft.has(sum(k + 1 for k in small if k))):
                 return Plan(small, True)
@@ -206,6 +216,11 @@ class DraftPolicy:
         if n_drafts:
             slot.counts.observe(n_drafts, n_accepted)
             self.prior.observe(n_drafts, n_accepted)
+
+    def _first_draft_rate(self) -> float:
+        """Engine-wide acceptance of first drafts; 1 while too few were seen to tell."""
+        drafted = self.prior.drafted[0]
+        return self.prior.accepted[0] / drafted if drafted >= BLANK_EVIDENCE else 1.0
 
     def expects_drafting(self) -> bool:
         """Whether a new slot is likely to draft soon: not while drafting keeps pausing."""
@@ -228,7 +243,7 @@ class DraftPolicy:
             if rate <= best_rate:
                 break
             best, best_rate, lam = ks, rate, rate
-        return list(best), lambda: _best_ks(curves, maxes, plain, cv0, cd0, min_k=1)
+        return list(best), lambda: _best_ks(curves, maxes, plain, cv0, cd0, min_k=PROBE_K)
 
     def _chords(self, n: int, ks: list[int]) -> tuple[float, float]:
         """Seconds per extra verify token and per extra drafter block token, around the choice ks."""
@@ -244,8 +259,8 @@ class DraftPolicy:
 
 def _best_ks(curves: list[list[float]], maxes: list[int], lam: float, cv: float, cd: float,
              min_k: int = 0) -> list[int]:
-    """Per slot, argmax_K E(K) - lam * (cv K + cd (K + 1)) over K in {0} (unless min_k) and CANDIDATES up to its
-    draft_max (0 when that is 0)."""
+    """Per slot, argmax_K E(K) - lam * (cv K + cd (K + 1)) over K in {0} and CANDIDATES up to its draft_max (0 when
+    that is 0); with min_k, only K >= min(min_k, draft_max)."""
     penalties = {}  # draft_max -> (candidate Ks, their cost in tokens at rate lam)
     out = []
     for curve, m in zip(curves, maxes):
@@ -253,7 +268,7 @@ def _best_ks(curves: list[list[float]], maxes: list[int], lam: float, cv: float,
             out.append(0)
             continue
         if m not in penalties:
-            cands = [k for k in CANDIDATES if k < m] + [m]
+            cands = [k for k in CANDIDATES if min(min_k, m) <= k < m] + [m]
             penalties[m] = cands, [lam * (cv * k + cd * (k + 1)) for k in cands]
         cands, costs = penalties[m]
         best, best_v = 0, 0.0 if min_k == 0 else float("-inf")
