@@ -2,7 +2,8 @@
 # Pack what a GPU run needs into .device-bench/ (git-ignored), one folder per device call. Each call sends the
 # working tree too (tracked + untracked-not-ignored files, ~41 MB with the shipped drafter) and the tool refuses
 # more than 64 MiB in all, so the model parts are sized to what the tree leaves (~25 MB: 11 part calls, ~5 s each).
-#   g1: trimmed vendor/llama.cpp source + pure-Python packages the device lacks (llama_cpp, gguf, diskcache)
+#   g0: the trimmed vendor/llama.cpp source (its own call: with the tree it would not fit g1's)
+#   g1: pure-Python packages the device lacks (llama_cpp, gguf, diskcache)
 #       + wheels for Python 3.12 of the server's stack (fastapi and its opentelemetry-api, starlette,
 #       pydantic(-core), uvicorn, sse-starlette, annotated-types, typing-inspection, typing_extensions)
 #       + the commit at packing time (the tree itself travels with every call: name the commit again when you run)
@@ -10,8 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SITE=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-rm -rf .device-bench && mkdir -p .device-bench/g1/whl
-tar czf .device-bench/g1/src.tgz --exclude='llama.cpp/models' --exclude='llama.cpp/docs' --exclude='llama.cpp/benches' \
+rm -rf .device-bench && mkdir -p .device-bench/g0 .device-bench/g1/whl
+tar czf .device-bench/g0/src.tgz --exclude='llama.cpp/models' --exclude='llama.cpp/docs' --exclude='llama.cpp/benches' \
     --exclude='llama.cpp/media' --exclude='*.png' --exclude='llama.cpp/tools/ui/node_modules' -C vendor llama.cpp
 tar czf .device-bench/g1/site.tgz -C "$SITE" llama_cpp gguf diskcache
 # the versions of the local venv, as Python 3.12 wheels (the device image has no registry; README of the tool)
@@ -35,4 +36,12 @@ split -b $PART -d -a 2 "$MODEL" .device-bench/part
 i=2
 for p in .device-bench/part*; do mkdir -p .device-bench/g$i; mv "$p" .device-bench/g$i/; i=$((i + 1)); done
 sha256sum "$MODEL" | cut -d' ' -f1 > .device-bench/g1/model.sha256
+# every call carries the tree plus one folder (g1 also head.tgz, ~3 MB): refuse here what the tool would refuse
+# there, before a batch of calls runs without its first (the tool does not run a call over the limit)
+for g in .device-bench/g*; do
+    extra=$(du -sb "$g" | cut -f1); [ "$g" = .device-bench/g1 ] && extra=$((extra + 3000000))
+    if [ $((TREE + extra)) -gt $((64 * 1048576)) ]; then
+        echo "prepare_carry: the tree (${TREE} bytes) and $g ($extra bytes) exceed one call's 64 MiB" >&2; exit 1
+    fi
+done
 du -sh .device-bench/* .device-bench/g1/*

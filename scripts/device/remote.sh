@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Runs ON the device machine, from the repo root. Steps (one per call, the machine kept warm in between: it is
 # given back after 30 s idle, and the build and the model live only on it):
-#   remote.sh start   unpack g1 (source, pure-Python packages, the server's wheels), start the CUDA build detached
-#                     (survives the call), check that the server's imports resolve
+#   remote.sh part 0  stage g0 (the trimmed llama.cpp source): its own call, since the tree (~55 MB with the drafter)
+#                     and the source (11 MB) do not fit one call's 64 MiB together
+#   remote.sh start   unpack g1 (pure-Python packages, the server's wheels) and the staged source, start the CUDA
+#                     build detached (survives the call), check that the server's imports resolve
 #   remote.sh part N  stash model part(s) from gN (N = 2 .. the last folder prepare_carry.sh made)
+# Order: part 0, start (carrying g1 and head.tgz), part 2 .. part N, then the steps below. Every step that needs the
+# build fails at once if `start` never ran (a carry over the limit refuses the call without running it).
 #   remote.sh costs   wait for the build, assemble the model, scripts/step_costs.py with the batched argmax of
 #                     patches/0003 and with upstream's per-row argmax (PYDFLASH_PER_ROW_GREEDY)
 #   remote.sh bench   scripts/bench.py, all modes: 1 request x 512 tokens, 8 requests x 256 tokens
@@ -50,6 +54,7 @@ W=/root/pydflash-dev
 mkdir -p $W
 
 use_build() {
+    [ -f $W/configure.log ] || { echo "no build was started on this machine: run remote.sh part 0 and start first"; exit 1; }
     for _ in $(seq 1 110); do [ -f $W/build.rc ] && break; sleep 5; done
     [ "$(cat $W/build.rc)" = 0 ] || { tail -20 $W/build.log; exit 1; }
     assemble_model
@@ -90,6 +95,7 @@ ADAPTIVE="adaptive, random drafter;adaptive, random drafter, 32k head;trained dr
 case "$1" in
 start)
     cp -r .device-bench/g1/* $W/
+    [ -f $W/src.tgz ] || { echo "no llama.cpp source staged: run remote.sh part 0 (carrying .device-bench/g0) first"; exit 1; }
     cd $W && mkdir -p site && tar xzf site.tgz -C site && tar xzf src.tgz
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $W/site whl/*.whl
     # our patches are already applied in the carried vendor tree
@@ -101,7 +107,7 @@ start)
     PYTHONPATH=$W/site python3 -c 'import fastapi, starlette, pydantic, uvicorn, sse_starlette, prometheus_client
 import jinja2, httpx, gguf, numpy; print("imports ok", fastapi.__version__, pydantic.__version__)' 2>&1 || true ;;
 part)
-    cp .device-bench/g$2/part* $W/ && ls $W | grep part | tr '\n' ' '; tail -c 200 $W/build.log 2>/dev/null; echo ;;
+    cp .device-bench/g$2/* $W/ && ls $W | grep 'part\|src.tgz' | tr '\n' ' '; tail -c 200 $W/build.log 2>/dev/null || true; echo ;;
 costs)
     use_build
     python3 scripts/step_costs.py --ngl -1 --out $OUT/step_costs_gpu.json
