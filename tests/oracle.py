@@ -16,6 +16,7 @@ from pydflash.config import EngineConfig
 from pydflash.native import Context, ContextParams, TokenBatch
 
 MAX_REGRET = 0.2
+TIE_EPS = 1e-6  # a regret this small is an exact tie with the forward's own argmax
 
 
 class Oracle:
@@ -47,6 +48,7 @@ class Oracle:
         prompt_tokens, spec = list(prompt_tokens), list(spec_tokens)
         base = list(base_tokens) if base_tokens is not None else self.greedy(prompt_tokens, len(spec))
         flips = 0
+        self.regrets = []  # of each tie-flip, for the assertion messages
         i = 0
         while True:
             n = min(len(spec), len(base))
@@ -60,8 +62,11 @@ class Oracle:
                 f"divergence at generated token {j}: spec picked {spec[j]}, baseline {base[j]}, "
                 f"regret {regret:.3f} nat > {max_regret}"
             )
-            flips += 1
-            assert flips <= max_flips, "too many tie-flips for float noise"
+            self.regrets.append((j, round(regret, 3)))
+            # regret 0: the speculative pick is this forward's own argmax, and the baseline (a batched run, when
+            # base_tokens come from one) rounded the other way: re-anchored, but not the speculative path's flip
+            flips += regret > TIE_EPS
+            assert flips <= max_flips, f"too many tie-flips for float noise: (token, regret) {self.regrets}"
             if j + 1 == len(spec):  # the flip was the last token: nothing after it to check
                 return flips
             base = spec[: j + 1] + self.greedy(prompt_tokens + spec[: j + 1], len(spec) - j - 1)
