@@ -133,8 +133,10 @@ def test_committed_responses_are_whole_and_counted():
 @pytest.mark.real_model
 def test_committed_responses_are_the_gguf_targets_greedy_text(gemma_path):
     """One row per run, checked against plain greedy decoding of the same GGUF on this CPU: the H200's
-    continuations agree up to float near-ties (CUDA and CPU kernels round differently; the band is the
-    real-model one of tests/oracle.py's check)."""
+    continuations agree up to float near-ties. CUDA and CPU kernels round Q4_K differently, further apart than two
+    batch shapes on one CPU: over 24 rows of three runs, the largest tie-flip was 0.82 nat (at the first generated
+    token of a 130-token prompt) and most were under 0.3, so the band is the 1 nat of the real-model concurrency
+    tests. A wrong row (another prompt's response, a shifted or stale KV) misses by several nats at once."""
     oracle = Oracle(gemma_path)
     try:
         for p in _committed_sets():
@@ -142,7 +144,7 @@ def test_committed_responses_are_the_gguf_targets_greedy_text(gemma_path):
             for i in np.flatnonzero(d["lens"] - d["prompt_len"] >= 24)[:1]:
                 s, n, plen = int(d["starts"][i]), int(d["lens"][i]), int(d["prompt_len"][i])
                 row = d["tokens"][s:s + n].tolist()
-                oracle.check(row[:plen], row[plen:plen + 24], max_regret=0.5, max_flips=2)
+                oracle.check(row[:plen], row[plen:plen + 24], max_regret=1.0, max_flips=2)
     finally:
         oracle.llm.close()
 
