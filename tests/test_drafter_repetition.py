@@ -53,7 +53,8 @@ def test_model_card_states_the_shipped_files():
     from pydflash.defaults import MODELS_DIR
 
     card = (MODELS_DIR / "MODEL_CARD.md").read_text()
-    rows = {m[0]: (int(m[1]), m[2]) for m in re.findall(r"^\| `([^`]+)` \|[^|]*\| (\d+) \| `([0-9a-f]{64})` \|$", card, re.M)}
+    table = re.findall(r"^\| `([^`]+)` \|[^|]*\| (\d+) \| `([0-9a-f]{64})` \|$", card, re.M)
+    rows = {name: (int(size), sha) for name, size, sha in table}
     shipped = sorted(p.name for p in MODELS_DIR.iterdir() if p.name != "MODEL_CARD.md")
     assert sorted(rows) == shipped
     for name, (size, sha) in rows.items():

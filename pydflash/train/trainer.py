@@ -140,7 +140,7 @@ def mean_tau(result: dict) -> float:
 
 class Best:
     """The best weights by held-out tau, saved to OUT as they are found. Many epochs over a few million tokens can
-    overfit a drafter of ~11 M parameters; the held-out check every ``--eval-every`` seconds keeps the weights of
+    overfit a drafter of 11-14 M parameters; the held-out check every ``--eval-every`` seconds keeps the weights of
     the best point, not of wherever the time budget ended."""
 
     def __init__(self, out: str, tau: float, result: dict):

@@ -6,8 +6,6 @@
 #   remote.sh start   unpack g1 (pure-Python packages, the server's wheels) and the staged source, start the CUDA
 #                     build detached (survives the call), check that the server's imports resolve
 #   remote.sh part N  stash model part(s) from gN (N = 2 .. the last folder prepare_carry.sh made)
-# Order: part 0, start (carrying g1 and head.tgz), part 2 .. part N, then the steps below. Every step that needs the
-# build fails at once if `start` never ran (a carry over the limit refuses the call without running it).
 #   remote.sh costs   wait for the build, assemble the model, scripts/step_costs.py with the batched argmax of
 #                     patches/0003 and with upstream's per-row argmax (PYDFLASH_PER_ROW_GREEDY)
 #   remote.sh bench   scripts/bench.py, all modes: 1 request x 512 tokens, 8 requests x 256 tokens
@@ -43,6 +41,8 @@
 #                     the new drafter (its block against a 16-token verify)
 #   remote.sh slots   scripts/bench_slots.py (issue 13's per-slot slope): KV pool vs streams, with patches/0005
 #                     and with upstream's per-row argmax (PYDFLASH_PER_ROW_GREEDY)
+# Order: part 0, start (carrying g1 and head.tgz), part 2 .. part N, then the steps above. Every step that needs the
+# build fails at once if `start` never ran (a carry over the limit refuses the call without running it).
 # Results go to $OUT; each of costs/bench/long/eval fits one 10-minute call.
 set -euo pipefail
 # Other work in progress in the local tree travels with every call; .device-bench/head.tgz (carried, made just
@@ -168,7 +168,7 @@ trainbg)
     declare -f train_cmd > $W/train_fn.sh
     setsid nohup bash -c "cd $W/trainsrc && source $W/train_fn.sh && W=$W DATA='${DATA:-}' TRAIN_ARGS='${TRAIN_ARGS:-}' \
         train_cmd ${2:-450} ${3:-4} > $W/train_stdout.log 2>&1; echo \$? > $W/train.rc" > /dev/null 2>&1 &
-    sleep 60; grep -v Warning $W/train_stdout.log | tail -5 ;;
+    sleep 60; grep -v Warning $W/train_stdout.log | tail -5 || true ;;
 trainwait)
     for _ in $(seq 1 $(( ${2:-500} / 5 ))); do [ -f $W/train.rc ] && break; sleep 5; done
     cp $W/train_stdout.log $OUT/
