@@ -268,6 +268,34 @@ def test_features_only_in_the_lead_in_to_a_probe():
     assert not any(feats[: 99 - adaptive.FEATURE_LEAD]) and all(feats[-adaptive.FEATURE_LEAD:])
     probe = policy.plan(slots)
     assert all(probe.drafts) and probe.features
+    # with no evidence either way a probe drafts enough positions to see whether a block pays, not one
+    assert min(probe.drafts) >= adaptive.PROBE_K
+
+
+def test_calibration_keeps_features_on():
+    """Every calibration step extracts target features: a plain step without them would leave the running slots a
+    feature gap, and the drafting steps right after would draft from an empty drafter context (on the H200 that
+    first evidence made a drafter of tau ~5 look useless)."""
+    for machine in (GPU, CPU):
+        for _, policy, plan, _, _ in simulate(machine, [0.8, 0.8], 40):
+            if policy.calibrated < 2:
+                assert plan.features, (machine, plan)
+
+
+def test_one_blank_probe_of_a_useful_drafter_only_doubles_the_pause():
+    """The 4x growth needs the engine's evidence that first drafts are (almost) never accepted: a drafter whose
+    first drafts were accepted ~3 times in 4 keeps doubling after one unlucky probe."""
+    policy = adaptive.DraftPolicy()
+    policy.costs, policy.calibrated = calibrated(CPU, 1), 2  # on a CPU nothing pays: every decision pauses
+    slot = adaptive.SlotPolicy()
+    for m in (3, 2, 0, 4, 1, 3, 0, 2):  # first drafts accepted in 6 of 8 blocks of 4
+        policy.observe(slot, 4, m)
+    policy.pause, policy.backoff = 1, 16
+    probe = policy.plan([(slot, 15)])
+    assert probe.drafts[0] > 0
+    policy.observe(slot, probe.drafts[0], 0)  # the probe: nothing accepted
+    assert not any(policy.plan([(slot, 15)]).drafts)
+    assert policy.backoff == 32
 
 
 def calibrated(machine: Machine, n: int) -> StepCosts:
