@@ -46,8 +46,9 @@ class Curve:
     drop_first: bool = True  # the first step of each shape may be a graph allocation (GPU backends)
     points: dict[int, list[float]] = field(default_factory=dict)  # bucket -> [mean x, seconds, samples]
     seen: set[int] = field(default_factory=set)
-    _xs: list[float] = field(default_factory=list)  # the points in x order, rebuilt after each observation
-    _ts: list[float] = field(default_factory=list)
+    # the points in x order, rebuilt at the first query after an observation: a paused engine observes every step
+    # and queries only when it decides (rebuilding on each observation cost ~4 us of a ~1.2 ms H200 step per curve)
+    _sorted: tuple[list[float], list[float]] | None = field(default=None)
 
     def observe(self, x: int, seconds: float) -> None:
         b = bucket(x)
@@ -65,29 +66,36 @@ class Curve:
         else:
             p[0] += EMA * (x - p[0])
             p[1] += EMA * (min(seconds, 2.0 * p[1]) - p[1])
-        pts = sorted(self.points.values())
-        self._xs = [p[0] for p in pts]
-        # a cost never falls with more tokens: noise that says so would make extra drafts look free
-        self._ts = list(_running_max([p[1] for p in pts]))
+        self._sorted = None
+
+    def _points(self) -> tuple[list[float], list[float]]:
+        """(xs, seconds) in x order."""
+        if self._sorted is None:
+            pts = sorted(self.points.values())
+            # a cost never falls with more tokens: noise that says so would make extra drafts look free
+            self._sorted = [p[0] for p in pts], list(_running_max([p[1] for p in pts]))
+        return self._sorted
 
     @property
     def known(self) -> bool:
-        return bool(self._xs)
+        return bool(self.points)
 
     def has(self, x: int) -> bool:
         """Whether x's bucket has been measured (past its warm-up step)."""
         return bucket(x) in self.points
 
     def covers(self, x: float) -> bool:
-        return bool(self._xs) and self._xs[0] <= x <= self._xs[-1]
+        xs = self._points()[0]
+        return bool(xs) and xs[0] <= x <= xs[-1]
 
     def nearest(self, x: float) -> tuple[float, float]:
         """The known point (x, seconds) closest to x."""
-        i = min(range(len(self._xs)), key=lambda j: abs(self._xs[j] - x))
-        return self._xs[i], self._ts[i]
+        xs, ts = self._points()
+        i = min(range(len(xs)), key=lambda j: abs(xs[j] - x))
+        return xs[i], ts[i]
 
     def __call__(self, x: float) -> Optional[float]:
-        xs, ts = self._xs, self._ts
+        xs, ts = self._points()
         if not xs:
             return None
         i = bisect.bisect_left(xs, x)
