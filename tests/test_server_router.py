@@ -115,15 +115,17 @@ def test_a_native_abort_names_its_cause_in_the_router_log(tiny, tmp_path):
     with open(log_path, "wb") as log:
         srv = Server(["-m", str(p.target), "-md", str(p.drafter), "-np", "1", "-c", "2048"], log=log)
         try:
-            victim = srv.worker_pids()[0] if srv.worker_pids() else None
             body = {"prompt": "hello", "max_tokens": 1500, "ignore_eos": True, "temperature": 0, "stream": True}
+            killed = False
             with srv.http().stream("POST", "/v1/completions", json=body) as r:
                 n = 0
                 for line in r.iter_lines():
                     n += line.startswith("data: ")
-                    if n == 3:
-                        victim = victim or srv.worker_pids()[0]
-                        os.kill(victim, signal.SIGABRT)
+                    # once: n stays 3 over the blank lines between events, and a second kill of the reaped
+                    # worker raised ProcessLookupError under load
+                    if n == 3 and not killed:
+                        os.kill(srv.worker_pids()[0], signal.SIGABRT)
+                        killed = True
             deadline = time.monotonic() + 10
             while b"lost the worker" not in log_path.read_bytes() and time.monotonic() < deadline:
                 time.sleep(0.1)
@@ -161,3 +163,36 @@ def test_router_drops_only_the_cancelled_read_wakeup_report(loop_kind, caplog):
     messages = [r.getMessage() + str(r.exc_info) for r in caplog.records]
     assert not any("InvalidStateError" in m for m in messages), messages
     assert any("ZeroDivisionError" in m for m in messages), messages
+
+
+def test_a_dead_workers_report_survives_its_respawn():
+    """The stream handler's report on a worker that died names that process's status and last words even when the
+    watcher respawns the worker (a new running process, its stderr truncated) before the handler looks again;
+    before, it said 'still running' (seen under load in test_a_native_abort_names_its_cause_in_the_router_log)."""
+    import asyncio
+    import subprocess
+    import sys
+    import tempfile
+
+    from pydflash.server.router import Worker
+
+    w = Worker.__new__(Worker)  # only the process bookkeeping: no preset, no socket
+    w._stderr, w._last_exit = tempfile.TemporaryFile(), None
+    code = "import sys, time; time.sleep(0.5); sys.stderr.write('Fatal Python error: Aborted\\n'); sys.exit(6)"
+    w.proc = subprocess.Popen([sys.executable, "-c", code], stderr=w._stderr)
+
+    async def stream_breaks_then_respawn():
+        handler = asyncio.create_task(w.settled_exit_report(wait_s=5.0))
+        await asyncio.sleep(0)  # the handler starts waiting on the dying process
+        w.proc.wait()  # it dies; the watcher respawns before the handler's next look (the loop is blocked here)
+        w._reset_stderr()
+        w.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], stderr=w._stderr)
+        return await handler
+
+    try:
+        report = asyncio.run(stream_breaks_then_respawn())
+        assert report.startswith("status 6") and "Fatal Python error: Aborted" in report, report
+        assert w.exit_report() == "still running"  # the new process
+    finally:
+        w.proc.kill()
+        w.proc.wait()

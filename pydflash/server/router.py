@@ -90,6 +90,7 @@ class Worker:
         self.starting: Optional[asyncio.Future] = None  # the load in progress (or done); waiters await it
         self.last_used = time.monotonic()
         self._stderr = tempfile.TemporaryFile()
+        self._last_exit: Optional[tuple[subprocess.Popen, str]] = None  # a dead process and its exit report
 
     async def start(self) -> None:
         self.ready.clear()
@@ -99,8 +100,7 @@ class Worker:
             self.sock.unlink()
         cmd = [sys.executable, "-m", "pydflash.server.worker", "--preset", self.preset.to_json(),
                "--uds", str(self.sock), "--log-level", self.log_level]
-        self._stderr.seek(0)
-        self._stderr.truncate()
+        self._reset_stderr()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
                                      env=os.environ.copy())
         transport = httpx.AsyncHTTPTransport(uds=str(self.sock))
@@ -131,20 +131,37 @@ class Worker:
         causes = [ln for ln in lines if _CAUSE.search(ln)]
         return (marked or causes or lines or [""])[-1][:500]
 
-    def exit_report(self) -> str:
-        """For logs: the process's exit status and its last stderr line, or that it still runs."""
-        status = self.proc.poll() if self.proc is not None else None
+    def _reset_stderr(self) -> None:
+        """A fresh stderr for the next process; the previous one's exit report is kept first, since a respawn can
+        come before a stream's handler reads it (see settled_exit_report)."""
+        if self.proc is not None and self.proc.poll() is not None:
+            self._last_exit = (self.proc, self.exit_report())
+        self._stderr.seek(0)
+        self._stderr.truncate()
+
+    def exit_report(self, proc: Optional[subprocess.Popen] = None) -> str:
+        """For logs: a process's (default: the current one's) exit status and its last stderr line, or that it
+        still runs."""
+        proc = proc or self.proc
+        status = proc.poll() if proc is not None else None
         if status is None:
             return "still running"
+        if self._last_exit is not None and self._last_exit[0] is proc:
+            return self._last_exit[1]
         return f"status {status}; last words: {self.last_error()}"
 
-    async def settled_exit_report(self, wait_s: float = 2.0) -> str:
+    async def settled_exit_report(self, wait_s: float = 10.0) -> str:
         """exit_report once a dying worker has exited: its connections close a moment before the process is
-        reaped, and the report is the only place its last words are kept."""
+        reaped, and the report is the only place its last words are kept. An abort's faulthandler dump and core
+        took over 2 s on a loaded 2-core runner (the report then said 'still running'); the wait ends as soon as
+        the process is gone, so only a worker that closed its stream without dying costs the whole bound."""
+        # the process whose stream broke: the watcher may respawn the worker meanwhile (a new process, its stderr
+        # truncated), and a report on the new one said "still running" (seen on a loaded 2-core runner)
+        proc = self.proc
         deadline = time.monotonic() + wait_s
-        while self.alive and time.monotonic() < deadline:
+        while proc is not None and proc.poll() is None and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        return self.exit_report()
+        return self.exit_report(proc)
 
     @property
     def alive(self) -> bool:
