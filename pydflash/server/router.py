@@ -156,7 +156,7 @@ class Worker:
         took over 2 s on a loaded 2-core runner (the report then said 'still running'); the wait ends as soon as
         the process is gone, so only a worker that closed its stream without dying costs the whole bound."""
         # the process whose stream broke: the watcher may respawn the worker meanwhile (a new process, its stderr
-        # truncated), and a report on the new one said "still running" (seen on a loaded 2-core runner)
+        # truncated), and a report on the new one would say "still running"
         proc = self.proc
         deadline = time.monotonic() + wait_s
         while proc is not None and proc.poll() is None and time.monotonic() < deadline:
