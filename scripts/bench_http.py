@@ -22,11 +22,18 @@ same order: held-out code prompts (the first ``prompt_len`` token ids of each ``
 pydflash/train/heldout_eval.npz, as scripts/eval_drafter.py uses them; they start with BOS, and token-id prompts
 get no second BOS from either server).
 
+With ``--interleave`` every condition's server starts first and stays up (one H200 holds them all; an idle server
+costs nothing), and at each level the rounds alternate across servers, round r of each before round r + 1 of any,
+in an order rotated each round: conditions are then compared over rounds seconds apart, not minutes, so the
+machine's drift (clocks, other load) reaches them alike. The ratio that matters most for a useless drafter, ~3 %
+from plain, is smaller than the drift between conditions run minutes apart.
+
 Per round: tok/s = the servers' ``usage.completion_tokens`` summed over the round's wall time (first send to last
 [DONE]); TTFT p50 (send -> first frame with text); drafted / accepted from ``timings.draft_n`` /
 ``draft_n_accepted`` (both servers report them). Per level: the median over rounds, with min and max.
 
     .venv/bin/python scripts/bench_http.py --ngl -1 --threads 8 --out-dir docs
+    .venv/bin/python scripts/bench_http.py --interleave --ngl -1 --out-dir docs           # servers side by side
     .venv/bin/python scripts/bench_http.py --only 'native-*' --out-dir /tmp/part1     # a chunk of the run
     .venv/bin/python scripts/bench_http.py --render /tmp/part1/benchmarks.json /tmp/part2/benchmarks.json \\
         --out-dir docs                                                                # merge, write md + png
@@ -67,7 +74,12 @@ LLAMA_SERVER_CANDIDATES = [
     REPO / "vendor" / "llama.cpp" / "build" / "bin" / "llama-server",
     pathlib.Path("/tmp/ls-build/bin/llama-server"),
 ]
-BASELINE = "native-bs"  # the strongest native configuration: every ratio is against it at the same concurrency
+# Every ratio is against the strongest native plain server at the same concurrency: the faster of llama-server with
+# and without backend sampling. -bs decodes faster, but it admits concurrent requests late (each launch and release
+# sets a new backend sampler, and llama_context::set_sampler re-reserves the scheduler's graphs), so which one is
+# stronger depends on the load. "native-best" names that per-level maximum; it is no server of its own.
+NATIVE_PLAINS = ("native-plain", "native-bs")
+BASELINE = "native-best"
 
 
 # --- conditions ---------------------------------------------------------------------------------------------------
@@ -231,41 +243,116 @@ def summarize(rounds: list[dict]) -> dict:
     return {k: spread(k) for k in ("tok_per_s", "ttft_ms_p50", "acceptance", "tokens_per_step")}
 
 
-def run_condition(cond: Condition, a: argparse.Namespace, target: str, drafters: dict[str, str], llama_server: str,
-                  prompts: list[list[int]], log_dir: pathlib.Path) -> dict:
+def start_condition(cond: Condition, a: argparse.Namespace, target: str, drafters: dict[str, str],
+                    llama_server: str, log_dir: pathlib.Path) -> tuple[dict, Server | None]:
+    """(the condition's result record, its running server or None when it did not start)."""
     args = server_args(cond, a, target, drafters)
     program = [llama_server] if cond.server == "native" else None
     log_path = log_dir / f"{cond.id}.log"
-    t0 = time.perf_counter()
     res: dict = {"label": cond.label, "server": cond.server, "levels": {}}
     try:
         server = Server(args, log_path, a.ready_timeout, program=program)
     except ServerStartError as exc:
         res["command"] = None
         res["error"] = f"{exc}: {log_tail(log_path)}"
-        return res
+        return res, None
     res["command"] = shlex.join(server.cmd)
+    if cond.server == "native":  # the build string the binary reports (its commit is "unknown" off git)
+        try:
+            res["build_info"] = httpx.get(server.base + "/props", timeout=10).json().get("build_info")
+        except (httpx.HTTPError, ValueError):
+            pass
+    return res, server
+
+
+def record_level(res: dict, cond_id: str, clients: int, rounds: list[dict] | None, error: BaseException | None) -> None:
+    if error is not None:
+        res["levels"][str(clients)] = {"error": f"{type(error).__name__}: {str(error)[:400]}"}
+        print(f"  {cond_id} c{clients}: ERROR {res['levels'][str(clients)]['error']}", file=sys.stderr, flush=True)
+        return
+    res["levels"][str(clients)] = s = {"rounds": rounds, **summarize(rounds)}
+    print(f"  {cond_id} c{clients}: {s['tok_per_s']['median']} tok/s [{s['tok_per_s']['min']}-"
+          f"{s['tok_per_s']['max']}], TTFT p50 {(s['ttft_ms_p50'] or {}).get('median')} ms, "
+          f"acceptance {(s['acceptance'] or {}).get('median')}", file=sys.stderr, flush=True)
+
+
+def run_condition(cond: Condition, a: argparse.Namespace, target: str, drafters: dict[str, str], llama_server: str,
+                  prompts: list[list[int]], log_dir: pathlib.Path) -> dict:
+    t0 = time.perf_counter()
+    res, server = start_condition(cond, a, target, drafters, llama_server, log_dir)
+    if server is None:
+        return res
     try:
-        if cond.server == "native":  # the build string the binary reports (its commit is "unknown" off git)
-            try:
-                res["build_info"] = httpx.get(server.base + "/props", timeout=10).json().get("build_info")
-            except (httpx.HTTPError, ValueError):
-                pass
         for c in a.clients:
             try:
-                rounds = asyncio.run(run_level(server.base, prompts, c, a))
-                res["levels"][str(c)] = {"rounds": rounds, **summarize(rounds)}
-                s = res["levels"][str(c)]
-                print(f"  {cond.id} c{c}: {s['tok_per_s']['median']} tok/s [{s['tok_per_s']['min']}-"
-                      f"{s['tok_per_s']['max']}], TTFT p50 {(s['ttft_ms_p50'] or {}).get('median')} ms, "
-                      f"acceptance {(s['acceptance'] or {}).get('median')}", file=sys.stderr, flush=True)
+                record_level(res, cond.id, c, asyncio.run(run_level(server.base, prompts, c, a)), None)
             except (StreamError, httpx.HTTPError) as exc:
-                res["levels"][str(c)] = {"error": f"{type(exc).__name__}: {str(exc)[:400]}"}
-                print(f"  {cond.id} c{c}: ERROR {res['levels'][str(c)]['error']}", file=sys.stderr, flush=True)
+                record_level(res, cond.id, c, None, exc)
     finally:
         server.stop()
     res["wall_s"] = round(time.perf_counter() - t0, 1)
     return res
+
+
+async def interleaved_level(bases: dict[str, str], prompts: list[list[int]], clients: int, a: argparse.Namespace,
+                            transport: httpx.AsyncBaseTransport | None = None,
+                            ) -> tuple[dict[str, list[dict]], dict[str, BaseException]]:
+    """One level for every running server: a warm-up round each, then round r of every server before round r + 1
+    of any, the order rotated each round, so that a drift of the machine (clocks, other load) over the level
+    reaches every condition alike. A server whose round fails sits out the rest of the level."""
+    limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
+    timeout = httpx.Timeout(a.request_timeout)
+    rounds: dict[str, list[dict]] = {cid: [] for cid in bases}
+    errors: dict[str, BaseException] = {}
+    clients_of = {cid: httpx.AsyncClient(base_url=base, timeout=timeout, limits=limits, transport=transport)
+                  for cid, base in bases.items()}
+    per_round = clients * a.requests
+    try:
+        for r in range(-1, a.rounds):  # -1: the untimed warm-up (see run_level)
+            live = [cid for cid in bases if cid not in errors]
+            shift = max(r, 0) % max(len(live), 1)
+            for cid in live[shift:] + live[:shift]:
+                try:
+                    if r < 0:
+                        await run_round(clients_of[cid], prompts, 0, clients, 1, a)
+                    else:
+                        rounds[cid].append(await run_round(clients_of[cid], prompts, r * per_round, clients,
+                                                           a.requests, a))
+                except (StreamError, httpx.HTTPError) as exc:
+                    errors[cid] = exc
+    finally:
+        for client in clients_of.values():
+            await client.aclose()
+    return rounds, errors
+
+
+def run_interleaved(conds: list[Condition], a: argparse.Namespace, target: str, drafters: dict[str, str],
+                    llama_server: str, prompts: list[list[int]], log_dir: pathlib.Path, report: dict) -> None:
+    """Every condition's server up at once (one GPU holds them all; an idle server costs nothing), the levels run
+    with rounds interleaved across servers: ratios between conditions then compare rounds seconds apart, not
+    minutes."""
+    servers: dict[str, Server] = {}
+    t0 = time.perf_counter()
+    try:
+        for cond in conds:
+            print(f"bench_http: starting {cond.id} ({cond.label})", file=sys.stderr, flush=True)
+            res, server = start_condition(cond, a, target, drafters, llama_server, log_dir)
+            report["conditions"][cond.id] = res
+            if server is None:
+                print(f"  {cond.id}: did not start: {res['error']}", file=sys.stderr)
+            else:
+                servers[cond.id] = server
+        for c in a.clients:
+            rounds, errors = asyncio.run(interleaved_level({cid: s.base for cid, s in servers.items()}, prompts, c, a))
+            for cid in servers:
+                record_level(report["conditions"][cid], cid, c, rounds[cid], errors.get(cid))
+            report["machine"]["loadavg_at_end"] = os.getloadavg()
+            write_outputs(report, pathlib.Path(a.out_dir), a.stem, render=False)
+    finally:
+        for server in servers.values():
+            server.stop()
+    for cid in servers:
+        report["conditions"][cid]["wall_s"] = round(time.perf_counter() - t0, 1)
 
 
 def log_tail(path: pathlib.Path, n: int = 1500) -> str:
@@ -277,6 +364,8 @@ def log_tail(path: pathlib.Path, n: int = 1500) -> str:
 
 # --- report -------------------------------------------------------------------------------------------------------
 def median_of(report: dict, cond: str, clients: int) -> float | None:
+    if cond == BASELINE:
+        return max((m for m in (median_of(report, n, clients) for n in NATIVE_PLAINS) if m is not None), default=None)
     lvl = report["conditions"].get(cond, {}).get("levels", {}).get(str(clients), {})
     return (lvl.get("tok_per_s") or {}).get("median")
 
@@ -317,6 +406,13 @@ def cell(report: dict, cond: str, clients: int) -> str:
     return f"{num(t['median'])} [{num(t['min'])}-{num(t['max'])}]" + (f" ({r:.2f}x)" if r is not None else "")
 
 
+def best_native(report: dict, clients: int) -> str | None:
+    """Which native plain condition is the baseline at this concurrency (None: neither was measured)."""
+    meds = {n: median_of(report, n, clients) for n in NATIVE_PLAINS}
+    meds = {n: m for n, m in meds.items() if m is not None}
+    return max(meds, key=meds.get) if meds else None
+
+
 def num(x: float) -> str:
     return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
 
@@ -353,10 +449,13 @@ def markdown(report: dict) -> str:
         f"{p['requests']} streamed /v1/completions per round, one untimed warm-up round per level, then "
         f"{p['rounds']} timed round{'s' if p['rounds'] > 1 else ''}. Native DFlash drafts "
         f"{p.get('native_draft_max', '?')} tokens per step (`--spec-draft-n-max`). Both servers: {max(levels)} "
-        f"slots, {p['ctx']} tokens of context per slot, {p['threads']} threads, ngl {p['ngl']}.",
+        f"slots, {p['ctx']} tokens of context per slot, {p['threads']} threads, ngl {p['ngl']}."
+        + (" Every server ran at once; at each level the rounds were interleaved across servers (round r of each "
+           "before round r + 1 of any, the order rotated each round)." if p.get("interleave") else ""),
         "",
         "tok/s (completion tokens over the round's wall time): median [min-max] over rounds, and the ratio of "
-        "medians to native plain `-bs` at the same concurrency.",
+        "medians to the strongest native plain server at the same concurrency (`native-best`: the faster of "
+        "`native-plain` and `native-bs` there).",
         "",
         *table_head(levels),
     ]
@@ -364,6 +463,10 @@ def markdown(report: dict) -> str:
         cond = report["conditions"][n]
         cells = [cell(report, n, c) for c in levels] if "error" not in cond else ["did not start"] * len(levels)
         lines.append(f"| {cond['label']} (`{n}`) | " + " | ".join(cells) + " |")
+    best = [best_native(report, c) for c in levels]
+    if any(best):
+        lines.append(f"| strongest native plain (`{BASELINE}`) | " + " | ".join(f"`{b}`" if b else "-" for b in best)
+                     + " |")
     lines += [
         "",
         "TTFT p50 (median over rounds), and where the server drafts: accepted / drafted (acc) and tau, the "
@@ -491,6 +594,8 @@ def main(argv=None) -> int:
                     help="send cache_prompt: true (default false: every request prefills its whole prompt)")
     ap.add_argument("--native-draft-max", type=int, default=15,
                     help="native --spec-draft-n-max (its default is 3; pydflash drafts the trained block - 1 = 15)")
+    ap.add_argument("--interleave", action="store_true",
+                    help="start every condition's server at once and interleave their rounds (one GPU, one drift)")
     ap.add_argument("--ready-timeout", type=float, default=300.0)
     ap.add_argument("--request-timeout", type=float, default=300.0)
     ap.add_argument("--out-dir", default="docs", help="benchmarks.json/.md/.png go here")
@@ -531,11 +636,14 @@ def main(argv=None) -> int:
         "params": {"clients": a.clients, "rounds": a.rounds, "requests": a.requests, "tokens": a.tokens,
                    "ctx": a.ctx, "threads": a.threads, "ngl": a.ngl, "native_draft_max": a.native_draft_max,
                    "prompts": "heldout_eval.npz code_tokens", "cache_prompt": a.cache_prompt,
+                   "interleave": a.interleave,
                    "prompt_tokens": len(prompts[0])},
         "commands": ["python " + shlex.join(["scripts/bench_http.py", *(sys.argv[1:] if argv is None else argv)])],
         "conditions": {},
     }
-    for cond in conds:
+    if a.interleave:
+        run_interleaved(conds, a, target, drafters, llama_server, prompts, log_dir, report)
+    for cond in conds if not a.interleave else ():
         print(f"bench_http: {cond.id} ({cond.label})", file=sys.stderr, flush=True)
         report["conditions"][cond.id] = run_condition(cond, a, target, drafters, llama_server, prompts, log_dir)
         if report["conditions"][cond.id].get("error"):

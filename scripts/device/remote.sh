@@ -30,7 +30,8 @@
 #                     corpus (.device-bench/corpus/prompts.jsonl.gz: `python -m pydflash.train.corpus --n 60000 --seed 0
 #                     --out .device-bench/corpus/prompts.jsonl.gz` after prepare_carry.sh) through pydflash on the
 #                     GPU, NPROC processes on SPAN lines each from SKIP; shards stay in $W/data for `train` and come
-#                     back as data.tar.NN; GEN_TAG=x writes $W/data/xp$i, so a second gen call keeps the first's shards
+#                     back as data.tar.NN; GEN_TAG=x writes $W/data/xp$i, so a second gen call keeps the first's shards;
+#                     GEN_RANGES="A:B,C:D" runs one process per range of lines instead of SKIP / SPAN / NPROC
 #   remote.sh train [SECONDS] [LAYERS]  continue the shipped drafter on $W/data (pydflash.train.trainer), export the
 #                     Q8_0 GGUF to $W/drafter; weights come back as model.safetensors.NN, logs in train_meta.tgz
 #   remote.sh trainbg [SECONDS] [LAYERS]  the same training, started detached (it survives the call) from a copy of
@@ -142,10 +143,14 @@ gen)  # NPROC generator processes share the GPU, process i on lines SKIP + i * S
 print('--kv-streams' if r.get(('streams', 128), 1e9) < r.get(('unified', 128), 0) else '')")
         echo "gen: GEN_ARGS='$GEN_ARGS' (from slots_gpu.json)"
     fi
+    # GEN_RANGES="A:B,C:D" instead: one process per range of corpus lines (the unused gaps between earlier runs)
+    ranges=${GEN_RANGES:-$(for i in $(seq 0 $((nproc - 1))); do echo -n "$((skip + i * span)):$((skip + (i + 1) * span)),"; done)}
+    IFS=, read -ra ranges <<< "$ranges"
+    nproc=${#ranges[@]}
     for i in $(seq 0 $((nproc - 1))); do
         python3 -m pydflash.train.generate --target $W/gemma.gguf --prompts .device-bench/corpus/prompts.jsonl.gz \
             --out $W/data/${GEN_TAG:-}p$i --ngl -1 --threads 4 --slots "${4:-128}" --n-new 256 --seconds "${2:-400}" \
-            --skip $((skip + i * span)) --stop $((skip + (i + 1) * span)) ${GEN_ARGS:-} > $W/gen$i.log 2>&1 &
+            --skip ${ranges[$i]%:*} --stop ${ranges[$i]#*:} ${GEN_ARGS:-} > $W/gen$i.log 2>&1 &
     done
     wait || true
     for i in $(seq 0 $((nproc - 1))); do

@@ -1,0 +1,72 @@
+"""scripts/bench_http.py's bookkeeping: the interleaved round order and the strongest-native baseline its verdicts
+use (issue 13). The servers are mocked: what is tested is which round goes where, not speed."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import pathlib
+import sys
+
+import httpx
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "bench_http.py"
+_spec = importlib.util.spec_from_file_location("bench_http", SCRIPT)
+bench_http = importlib.util.module_from_spec(_spec)
+sys.modules["bench_http"] = bench_http  # its dataclasses look their module up there
+_spec.loader.exec_module(bench_http)
+
+
+def sse(tokens: int) -> bytes:
+    frames = [{"choices": [{"text": "x"}]}] * tokens
+    frames.append({"choices": [], "usage": {"completion_tokens": tokens}, "timings": {"draft_n": 0}})
+    return b"".join(b"data: " + json.dumps(f).encode() + b"\n\n" for f in frames) + b"data: [DONE]\n\n"
+
+
+def test_rounds_alternate_across_servers_and_a_failing_server_sits_out():
+    calls = []  # (server, first prompt token) in the order the requests were sent
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        server = request.url.host
+        first = json.loads(request.content)["prompt"][0]
+        calls.append((server, first))
+        if server == "b" and len([c for c in calls if c[0] == "b"]) == 3:  # b's second timed round fails
+            return httpx.Response(500, content=b"boom")
+        return httpx.Response(200, content=sse(4), headers={"content-type": "text/event-stream"})
+
+    a = argparse.Namespace(request_timeout=10.0, rounds=3, requests=1, tokens=4, cache_prompt=False)
+    prompts = [[k] for k in range(100)]
+    bases = {cid: f"http://{cid}" for cid in ("a", "b", "c")}
+    rounds, errors = asyncio.run(bench_http.interleaved_level(bases, prompts, 1, a, httpx.MockTransport(handler)))
+    # warm-up a b c; round 0 a b c; round 1 rotated b (fails) c a; round 2 over the live two, rotated: a c
+    assert [s for s, _ in calls] == list("abc" + "abc" + "bca" + "ac")
+    assert [len(rounds[c]) for c in "abc"] == [3, 1, 3]
+    assert list(errors) == ["b"]
+    # round r of every server sends the same prompts: the conditions see the same work
+    assert [p for s, p in calls if s == "a"] == [p for s, p in calls if s == "c"] == [0, 0, 1, 2]
+    assert all(r["completion_tokens"] == 4 for r in rounds["a"])
+
+
+def level(median: float) -> dict:
+    return {"tok_per_s": {"median": median, "min": median, "max": median}}
+
+
+def test_the_baseline_is_the_faster_native_plain_server_at_each_level():
+    report = {
+        "params": {"clients": [1, 8]},
+        "conditions": {
+            "native-plain": {"levels": {"1": level(500.0), "8": level(2000.0)}},
+            "native-bs": {"levels": {"1": level(700.0), "8": level(1000.0)}},
+            "py-synth8": {"levels": {"1": level(1400.0), "8": level(3900.0)}},
+        },
+    }
+    assert bench_http.median_of(report, "native-best", 1) == 700.0
+    assert bench_http.median_of(report, "native-best", 8) == 2000.0
+    assert [bench_http.best_native(report, c) for c in (1, 8)] == ["native-bs", "native-plain"]
+    verdicts = {t["target"]: t for t in bench_http.targets(report)}
+    c1, c8 = verdicts["synthetic length 8, c1"], verdicts["synthetic length 8, c8"]
+    assert (c1["ratios"], c1["verdict"]) == ({"1": 2.0}, "not met")  # 1400 / 700 < 2.5
+    assert (c8["ratios"], c8["verdict"]) == ({"8": 1.95}, "not met")  # against native-bs alone it would be 3.9x
+    assert verdicts["useless drafter, adaptive, every concurrency"]["verdict"] == "not measured"
