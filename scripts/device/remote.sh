@@ -38,8 +38,8 @@
 #                     the tree, so that later calls (gen, slots) run while it trains; the model is assembled without
 #                     waiting for the CUDA build (the trainer needs no llama.cpp)
 #   remote.sh trainwait [MAX_WAIT]  wait for trainbg, export the GGUF, return what `train` returns
-#   remote.sh suite2  issue 14's suite for the new drafter ($W/drafter) and the shipped one, and step_costs.py with
-#                     the new drafter (its block against a 16-token verify)
+#   remote.sh suite2  issue 14's suite for the new drafter ($W/drafter) and the shipped one (SUITE2_WHICH=new: only
+#                     the new), and step_costs.py with the new drafter (its block against a 16-token verify)
 #   remote.sh slots   scripts/bench_slots.py (issue 13's per-slot slope): KV pool vs streams, with patches/0005
 #                     and with upstream's per-row argmax (PYDFLASH_PER_ROW_GREEDY)
 # Order: part 0, start (carrying g1 and head.tgz), part 2 .. part N, then the steps above. Every step that needs the
@@ -173,7 +173,7 @@ trainbg)
     declare -f train_cmd > $W/train_fn.sh
     setsid nohup bash -c "cd $W/trainsrc && source $W/train_fn.sh && W=$W DATA='${DATA:-}' TRAIN_ARGS='${TRAIN_ARGS:-}' \
         train_cmd ${2:-450} ${3:-4} > $W/train_stdout.log 2>&1; echo \$? > $W/train.rc" > /dev/null 2>&1 &
-    sleep 60; grep -v Warning $W/train_stdout.log | tail -5 || true ;;
+    sleep 20; grep -v Warning $W/train_stdout.log | tail -5 || true ;;
 trainwait)
     for _ in $(seq 1 $(( ${2:-500} / 5 ))); do [ -f $W/train.rc ] && break; sleep 5; done
     cp $W/train_stdout.log $OUT/
@@ -183,7 +183,7 @@ trainwait)
     export_drafter ;;
 suite2)
     use_build
-    for which in new old; do
+    for which in ${SUITE2_WHICH:-new old}; do  # SUITE2_WHICH=new: the shipped drafter's suite is already known
         d=pydflash/models/gemma-3-270m-dflash-q8_0.gguf
         [ $which = new ] && d=$W/drafter/drafter-q8_0.gguf
         python3 scripts/eval_drafter.py --suite --ngl -1 --threads 8 --n 10 --tokens 256 --drafter $d \
