@@ -138,7 +138,7 @@ def server_args(cond: Condition, a: argparse.Namespace, target: str, drafters: d
     md = ["-md", drafters[cond.drafter]] if cond.drafter else []
     if cond.server == "pydflash":
         return ["-m", target, *md, "-np", str(slots), "-c", str(a.ctx), "-t", str(a.threads), "-ngl", str(a.ngl),
-                *cond.args]
+                *(["-v"] if a.py_verbose else []), *cond.args]
     ngl = "all" if a.ngl < 0 else str(a.ngl)  # native -1 means "auto" (fit to memory), not "all"
     if cond.drafter:
         md += ["-ngld", ngl, "--spec-draft-n-max", str(a.native_draft_max)]
@@ -602,6 +602,8 @@ def main(argv=None) -> int:
     ap.add_argument("--stem", default="benchmarks", help="file names in --out-dir")
     ap.add_argument("--log-dir", default=None, help="server logs (default: a fresh directory under /tmp)")
     ap.add_argument("--no-render", action="store_true", help="write only the JSON (render later with --render)")
+    ap.add_argument("--py-verbose", action="store_true",
+                    help="pydflash-server -v: its log (in --log-dir) gives each adaptive-drafting pause and why")
     a = ap.parse_args(argv)
     out_dir = pathlib.Path(a.out_dir)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 
@@ -350,3 +351,36 @@ def test_paused_slots_skip_features_and_restart_the_drafter(tiny, monkeypatch):
     assert eng.drafter_restarts >= 2
     # the later request started inside the long pause: at most one probe per 256 steps
     assert later.stats.n_draft_steps <= 1 + 400 // 256
+
+
+def test_a_probe_teaches_the_drafter_curve_its_block_not_its_catch_up(tiny):
+    """A drafting step injects the feature rows its slots committed since they last drafted: at most a block each
+    while they keep drafting, the whole lead-in (or prompt) after a pause. That catch-up is a one-off; counted in
+    the drafter's cost curve it made every probe on the H200 look expensive, the next pause longer, and drafting
+    never resumed. Here an injection costs 50 ms more (simulated inside the drafter's native time): the probe's
+    observed drafter cost leaves it out, the steady drafting steps after it include it."""
+    p = tiny("llama")
+    cfg = EngineConfig(n_ctx_slot=512, adaptive=True)
+    with api.load(p.target, p.drafter, config=cfg, cache=CacheConfig(reuse=False, ram_mib=0)) as llm:
+        eng = llm.engine
+        k = min(3, eng.block_size - 1)
+        script = iter([adaptive.Plan([0], True)] * 6 + [adaptive.Plan([k], True)] * 6)
+        eng.drafting.plan = lambda slots: next(script, adaptive.Plan([0], False))
+        ctx, inject = eng.drafter.ctx, eng.drafter.ctx.inject
+
+        def slow_inject(rows, positions, seqs):
+            inject(rows, positions, seqs)
+            time.sleep(0.05)
+            ctx.t_native += 0.05  # as if the native call itself had taken longer
+
+        ctx.inject = slow_inject
+        seen = []  # (drafter block tokens, drafter seconds, verify seconds) of each decode step
+        observe = eng.drafting.costs.observe
+        eng.drafting.costs.observe = lambda n, x, f, t_v, blocks, t_d: (seen.append((blocks, t_d, t_v)),
+                                                                         observe(n, x, f, t_v, blocks, t_d))
+        llm.generate(llm.tokenize("hello world, once more"), max_tokens=16, ignore_eos=True)
+    drafting = [(t_d, t_v) for blocks, t_d, t_v in seen if blocks]
+    assert len(drafting) >= 4, seen
+    probe, steady = drafting[0], drafting[1:]
+    assert probe[0] < 0.04 and probe[1] < 0.04, probe  # catch-up in neither curve
+    assert all(t_d >= 0.05 for t_d, _ in steady), steady  # a drafting step's own injection is D's

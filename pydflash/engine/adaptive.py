@@ -36,9 +36,12 @@ final comparison: drafting must beat R_plain by MARGIN, or nobody drafts this st
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from .costs import StepCosts
+
+log = logging.getLogger(__name__)
 
 CANDIDATES = (1, 2, 3, 4, 6, 8, 11, 15)
 DECAY = 0.97  # per observation: old acceptance evidence fades
@@ -163,6 +166,8 @@ class DraftPolicy:
             self.pause, self._probe_hits = 0, 0
             return Plan(probe(), True)
         if not any(ks):
+            if log.isEnabledFor(logging.INFO):  # once per pause: why (what the GPU's cost curves said)
+                log.info("%s", self._why_pause(n, curves, probe(), plain))
             self.pause = self.backoff
             self._lead = SHORT_LEAD if self.pause >= LONG_PAUSE else FEATURE_LEAD
             useless = blank_probe and self._first_draft_rate() < BLANK_FIRST_RATE
@@ -244,6 +249,17 @@ class DraftPolicy:
                 break
             best, best_rate, lam = ks, rate, rate
         return list(best), lambda: _best_ks(curves, maxes, plain, cv0, cd0, min_k=PROBE_K)
+
+    def _why_pause(self, n: int, curves: list[list[float]], ks: list[int], plain: float) -> str:
+        """One line on a pause decision: plain decoding's rate against that of each slot's best drafting K, with
+        the costs and expected acceptance behind it."""
+        c = self.costs
+        blocks = sum(k + 1 for k in ks if k)
+        v, d = c.verify(n, n + sum(ks), features=True), c.draft(blocks) if blocks else 0.0
+        accepted = sum(e[k] for e, k in zip(curves, ks))
+        return (f"drafting pauses {self.backoff} steps at {n} slot{'s' if n != 1 else ''}: plain {plain:.0f} tok/s (V {1e3 * n / plain:.3f} "
+                f"ms) against {(n + accepted) / (v + d):.0f} tok/s drafting K={ks} (V {1e3 * v:.3f} ms + D "
+                f"{1e3 * d:.3f} ms for {accepted:.2f} accepted drafts); first-draft rate {self._first_draft_rate():.2f}")
 
     def _chords(self, n: int, ks: list[int]) -> tuple[float, float]:
         """Seconds per extra verify token and per extra drafter block token, around the choice ks."""

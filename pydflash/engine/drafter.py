@@ -9,6 +9,8 @@ pollute the next draft.
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -22,6 +24,15 @@ log = logging.getLogger(__name__)
 MAX_PENDING_ROWS = 256
 
 
+@dataclass(frozen=True)
+class ProposeCost:
+    """Wall seconds of the last ``propose``: the feature injection (``rows`` of them) and the block forward."""
+
+    inject_s: float = 0.0
+    rows: int = 0
+    block_s: float = 0.0
+
+
 class Drafter:
     def __init__(self, ctx: Context, block_size: int, mask_token: int):
         self.ctx = ctx
@@ -31,12 +42,13 @@ class Drafter:
         self.n_invalid = 0  # draft blocks cut at an id outside the vocabulary (see _valid_prefix)
         self._blocks: dict[int, int] = {}  # seq -> batch index of its block's anchor in the last forward
         self._epoch = -1  # ctx.n_decodes of that forward
+        self.last_cost = ProposeCost()
 
-    def inject(self, slots: list[Slot]) -> None:
-        """Write every pending feature row of these slots into the drafter KV, in n_ubatch chunks."""
+    def inject(self, slots: list[Slot]) -> int:
+        """Write every pending feature row of these slots into the drafter KV, in n_ubatch chunks; returns how many."""
         parts = [(slot, p) for slot in slots for p in slot.take_pending()]
         if not parts:
-            return
+            return 0
         # one concatenation for all slots' rows (a single part is used as it is)
         rows = np.concatenate([p.rows for _, p in parts]) if len(parts) > 1 else parts[0][1].rows
         pos = np.concatenate([p.positions for _, p in parts])
@@ -46,6 +58,7 @@ class Drafter:
             self.ctx.inject(rows[i : i + step], pos[i : i + step], seqs[i : i + step])
         for slot, p in parts:
             slot.drafter_len += len(p.positions)
+        return len(rows)
 
     def propose(self, plan: list[tuple[Slot, int]]) -> dict[int, list[int]]:
         """Drafts per slot seq for every (slot, K>0) in plan, from one batched drafter forward.
@@ -54,7 +67,10 @@ class Drafter:
         them (no drafter work while adaptive drafting has it paused) until MAX_PENDING_ROWS.
         """
         drafting = [(s, k) for s, k in plan if k > 0]
-        self.inject([s for s, k in plan if k > 0 or s.n_pending >= MAX_PENDING_ROWS])
+        t0 = time.perf_counter()
+        rows = self.inject([s for s, k in plan if k > 0 or s.n_pending >= MAX_PENDING_ROWS])
+        t1 = time.perf_counter()
+        self.last_cost = ProposeCost(t1 - t0, rows)
         if not drafting:
             return {}
         b = self.batch
@@ -81,6 +97,7 @@ class Drafter:
             self.ctx.seq_rm(slot.seq, slot.n_past)  # drop the noise block's own K/V
         self._blocks = {slot.seq: start for slot, start, _ in where}
         self._epoch = self.ctx.n_decodes
+        self.last_cost = ProposeCost(t1 - t0, rows, time.perf_counter() - t1)
         return drafts
 
     def q(self, seq: int, i: int):

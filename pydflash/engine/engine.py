@@ -376,14 +376,30 @@ class Engine:
         for slot in prefilling:
             slot.stats.t_prefill += total
         if self.config.adaptive and self.drafter is not None and plan and not prefilling:
-            # everything but the drafter's forward scales with the verify tokens: it is V's (costs.py)
-            self.drafting.costs.observe(len(plan), sum(1 + k for _, k in plan), self.target_ctx.features_on,
-                                        total - t_draft, sum(1 + k for _, k in plan if k), t_draft)
+            self._observe_costs(plan, total)
         for st in [s.stats for s, _ in plan] + [self.stats]:
             st.t_draft += split[0]
             st.t_verify += split[1]
             st.t_commit += split[2]
             st.t_host += split[3]
+
+    def _observe_costs(self, plan: list[tuple[Slot, int]], total: float) -> None:
+        """Teach adaptive drafting this decode step's cost: the drafter's part (its injection and block forward,
+        host work included) is D's, everything else scales with the verify tokens and is V's (costs.py).
+
+        A drafting slot injects what it committed since it last drafted: at most a block per step while it keeps
+        drafting. More is catch-up, the feature rows of the steps it sat out (a probe after a pause, the first draft
+        after a prompt): a one-off that a drafting step does not repeat. Counted in D, it made each probe, the only
+        drafting a paused engine does, look dearer than drafting is, and so the next pause longer (replayed with
+        the H200's costs, scripts/replay_adaptive.py: 1.45x modelled instead of 1.64x at 1 slot). A catch-up step
+        teaches D its block forward only."""
+        cost = self.drafter.last_cost
+        drafting = [k for _, k in plan if k]
+        steady = cost.rows <= self.block_size * len(drafting)
+        t_drafter = cost.inject_s + cost.block_s
+        self.drafting.costs.observe(len(plan), sum(1 + k for _, k in plan), self.target_ctx.features_on,
+                                    total - t_drafter, sum(1 + k for k in drafting),
+                                    t_drafter if steady else cost.block_s)
 
     # --- slots ----------------------------------------------------------------------------------------
     def _admit(self) -> None:

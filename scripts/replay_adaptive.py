@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Adaptive drafting closed-loop on this machine, with an H200's step costs in place of the measured ones (issue 13).
+
+The engine runs for real here (the Gemma target, a drafter, held-out code prompts, greedy): its drafts, acceptances,
+feature steps and injections are what they would be anywhere. Only what the policy learns about step costs is
+replaced: each decode step teaches it the seconds the H200 would have taken for that step's shape, from the
+model below (scripts/step_costs.py on the H200, docs/gpu_2026-12-02/step_costs_new.json), so that on a CPU, where
+drafting never pays, the policy decides as it would on the GPU. The modelled tok/s sums those seconds.
+
+    .venv/bin/python scripts/replay_adaptive.py [--slots 1] [--requests 4] [--tokens 256] [--catch-up-in-d]
+
+``--catch-up-in-d`` teaches the drafter's cost curve every injection, catch-up included (the rule before this
+script): a probe after a pause then also pays for the lead-in's feature rows, which a drafting step never repeats.
+The injection cost (one llama_process per call, plus a little per row) is not measured by step_costs.py: the default
+is what the H200 run of docs/gpu_2026-12-01/bench_gpu_adaptive_c1.md implies (synthetic L=8 drafted at 1.24 ms per
+step against a 0.85 ms block forward).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import time
+
+import pydflash  # noqa: F401  (loads libllama before numpy)
+import numpy as np
+
+from pydflash import api
+from pydflash.config import EngineConfig
+from pydflash.defaults import SHIPPED_DRAFTER, gemma_target
+from pydflash.engine.request import Request
+from pydflash.engine.stats import Stats
+
+HELDOUT = pathlib.Path(__file__).resolve().parents[1] / "pydflash" / "train" / "heldout_eval.npz"
+# H200, Gemma-3-270M Q4_K_M, drafter version 2 (ms): target forward over x verify tokens of one slot, features on
+VERIFY_C1 = {1: 1.151, 2: 1.21, 5: 1.413, 16: 2.602}
+PER_SLOT = 0.11  # each further slot's attention over its own KV (tests/test_adaptive.py's GPU model)
+FEATURES_OFF = 1.141 / 1.151
+DRAFT = {5: 0.558, 16: 0.845, 40: 1.376, 128: 2.398}  # drafter block forward over x block tokens
+
+
+def interp(table: dict, x: float) -> float:
+    xs = sorted(table)
+    if x <= xs[0]:
+        return table[xs[0]]
+    for a, b in zip(xs, xs[1:]):
+        if x <= b:
+            return table[a] + (table[b] - table[a]) * (x - a) / (b - a)
+    a, b = xs[-2], xs[-1]
+    return table[b] + (table[b] - table[a]) / (b - a) * (x - b)
+
+
+class H200:
+    def __init__(self, inject_ms: float, inject_row_us: float):
+        self.inject_ms, self.inject_row_us = inject_ms, inject_row_us
+
+    def verify(self, n: int, x: int, features: bool) -> float:
+        t = PER_SLOT * (n - 1) + interp(VERIFY_C1, x - (n - 1))
+        return 1e-3 * t * (1.0 if features else FEATURES_OFF)
+
+    def draft(self, x: int) -> float:
+        return 1e-3 * interp(DRAFT, x) if x else 0.0
+
+    def inject(self, rows: int) -> float:
+        return 1e-3 * (self.inject_ms + self.inject_row_us * 1e-3 * rows) if rows else 0.0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--slots", type=int, default=1, help="concurrent requests (each wave fills every slot)")
+    ap.add_argument("--requests", type=int, default=4, help="requests per slot, one after another")
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--drafter", default=str(SHIPPED_DRAFTER))
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--inject-ms", type=float, default=0.4, help="modelled fixed cost of one injection call")
+    ap.add_argument("--inject-row-us", type=float, default=5.0, help="modelled cost per injected feature row")
+    ap.add_argument("--catch-up-in-d", action="store_true", help="the old rule: catch-up injection counts in D")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args(argv)
+
+    data = np.load(HELDOUT)
+    p_len = int(data["prompt_len"])
+    prompts = [[int(t) for t in row[:p_len]] for row in data["code_tokens"]]
+    gpu = H200(a.inject_ms, a.inject_row_us)
+    cfg = EngineConfig(n_slots=a.slots, n_ctx_slot=p_len + a.tokens + 32, n_threads=a.threads, adaptive=True)
+    modelled = {"seconds": 0.0, "steps": 0, "drafting_steps": 0}
+    t0 = time.perf_counter()
+    with api.load(gemma_target(), a.drafter, cfg) as llm:
+        eng = llm.engine
+
+        def observe(plan, _total):  # replaces Engine._observe_costs: the H200's seconds for this step's shape
+            cost = eng.drafter.last_cost
+            drafting = [k for _, k in plan if k]
+            n, x = len(plan), sum(1 + k for _, k in plan)
+            t_v = gpu.verify(n, x, eng.target_ctx.features_on)
+            t_block, t_inj = gpu.draft(sum(1 + k for k in drafting)), gpu.inject(cost.rows)
+            steady = cost.rows <= eng.block_size * len(drafting)
+            eng.drafting.costs.observe(n, x, eng.target_ctx.features_on, t_v, sum(1 + k for k in drafting),
+                                       t_block + t_inj if steady or a.catch_up_in_d else t_block)
+            modelled["seconds"] += t_v + t_block + t_inj
+            modelled["steps"] += 1
+            modelled["drafting_steps"] += bool(drafting)
+
+        eng._observe_costs = observe
+        total = Stats()
+        for wave in range(a.requests):
+            batch = prompts[wave * a.slots:(wave + 1) * a.slots]
+            for res in llm.generate_many([Request(p, max_tokens=a.tokens, ignore_eos=True, cache_prompt=False)
+                                          for p in batch]):
+                total.merge_tokens(res.stats)
+            d = total.as_dict()
+            print(f"wave {wave}: tau {d['mean_accept_len']}, drafted {d['n_drafted']}, accepted {d['n_accepted']}, "
+                  f"drafting steps {modelled['drafting_steps']} of {modelled['steps']}, pause "
+                  f"{eng.drafting.pause}, backoff {eng.drafting.backoff}", flush=True)
+    tokens = total.n_generated
+    plain_rate = a.slots / gpu.verify(a.slots, a.slots, False)
+    rate = tokens / modelled["seconds"] if modelled["seconds"] else 0.0
+    report = {"slots": a.slots, "requests": a.requests, "tokens": a.tokens, "drafter": pathlib.Path(a.drafter).name,
+              "catch_up_in_d": a.catch_up_in_d, "inject_ms": a.inject_ms, "inject_row_us": a.inject_row_us,
+              "generated": tokens, "steps": modelled["steps"], "drafting_steps": modelled["drafting_steps"],
+              "tau": total.as_dict()["mean_accept_len"], "modelled_tok_s": round(rate, 1),
+              "modelled_plain_tok_s": round(plain_rate, 1), "modelled_speedup": round(rate / plain_rate, 3),
+              "wall_s": round(time.perf_counter() - t0, 1)}
+    print(json.dumps(report))
+    if a.out:
+        pathlib.Path(a.out).write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
