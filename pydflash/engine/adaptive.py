@@ -257,9 +257,10 @@ class DraftPolicy:
         blocks = sum(k + 1 for k in ks if k)
         v, d = c.verify(n, n + sum(ks), features=True), c.draft(blocks) if blocks else 0.0
         accepted = sum(e[k] for e, k in zip(curves, ks))
-        return (f"drafting pauses {self.backoff} steps at {n} slot{'s' if n != 1 else ''}: plain {plain:.0f} tok/s (V {1e3 * n / plain:.3f} "
-                f"ms) against {(n + accepted) / (v + d):.0f} tok/s drafting K={ks} (V {1e3 * v:.3f} ms + D "
-                f"{1e3 * d:.3f} ms for {accepted:.2f} accepted drafts); first-draft rate {self._first_draft_rate():.2f}")
+        return (f"drafting pauses {self.backoff} steps at {n} slot{'s' if n != 1 else ''}: plain {plain:.0f} tok/s "
+                f"(V {1e3 * n / plain:.3f} ms) against {(n + accepted) / (v + d):.0f} tok/s drafting K={ks} "
+                f"(V {1e3 * v:.3f} ms + D {1e3 * d:.3f} ms for {accepted:.2f} accepted drafts); first-draft rate "
+                f"{self._first_draft_rate():.2f}")
 
     def _chords(self, n: int, ks: list[int]) -> tuple[float, float]:
         """Seconds per extra verify token and per extra drafter block token, around the choice ks."""
