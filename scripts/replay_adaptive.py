@@ -71,6 +71,8 @@ def main(argv=None) -> int:
     ap.add_argument("--slots", type=int, default=1, help="concurrent requests (each wave fills every slot)")
     ap.add_argument("--requests", type=int, default=4, help="requests per slot, one after another")
     ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--order", default="", help="held-out code prompt indices to run, comma-separated (default: "
+                    "0, 1, 2, ... in order, as bench_http sends them)")
     ap.add_argument("--drafter", default=str(SHIPPED_DRAFTER))
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--inject-ms", type=float, default=0.4, help="modelled fixed cost of one injection call")
@@ -81,7 +83,9 @@ def main(argv=None) -> int:
 
     data = np.load(HELDOUT)
     p_len = int(data["prompt_len"])
-    prompts = [[int(t) for t in row[:p_len]] for row in data["code_tokens"]]
+    rows = data["code_tokens"]
+    order = [int(i) for i in a.order.split(",")] if a.order else range(len(rows))
+    prompts = [[int(t) for t in rows[i][:p_len]] for i in order]
     gpu = H200(a.inject_ms, a.inject_row_us)
     cfg = EngineConfig(n_slots=a.slots, n_ctx_slot=p_len + a.tokens + 32, n_threads=a.threads, adaptive=True)
     modelled = {"seconds": 0.0, "steps": 0, "drafting_steps": 0}
@@ -113,6 +117,10 @@ def main(argv=None) -> int:
             print(f"wave {wave}: tau {d['mean_accept_len']}, drafted {d['n_drafted']}, accepted {d['n_accepted']}, "
                   f"drafting steps {modelled['drafting_steps']} of {modelled['steps']}, pause "
                   f"{eng.drafting.pause}, backoff {eng.drafting.backoff}", flush=True)
+        curves = {"draft": eng.drafting.costs.draft, "verify_features": eng.drafting.costs.verify_any[True],
+                  "verify_plain": eng.drafting.costs.verify_any[False]}
+        learned = {name: {int(p[0]): round(1e3 * p[1], 3) for p in c.points.values()} for name, c in curves.items()}
+        print(f"learned (ms by tokens): {learned}", flush=True)
     tokens = total.n_generated
     plain_rate = a.slots / gpu.verify(a.slots, a.slots, False)
     rate = tokens / modelled["seconds"] if modelled["seconds"] else 0.0
@@ -121,7 +129,7 @@ def main(argv=None) -> int:
               "generated": tokens, "steps": modelled["steps"], "drafting_steps": modelled["drafting_steps"],
               "tau": total.as_dict()["mean_accept_len"], "modelled_tok_s": round(rate, 1),
               "modelled_plain_tok_s": round(plain_rate, 1), "modelled_speedup": round(rate / plain_rate, 3),
-              "wall_s": round(time.perf_counter() - t0, 1)}
+              "learned_ms": learned, "wall_s": round(time.perf_counter() - t0, 1)}
     print(json.dumps(report))
     if a.out:
         pathlib.Path(a.out).write_text(json.dumps(report, indent=1) + "\n")
