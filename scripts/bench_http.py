@@ -210,6 +210,11 @@ async def run_round(client: httpx.AsyncClient, prompts: list[list[int]], first: 
     done = sum(r["usage"]["completion_tokens"] for r in runs if r["usage"])
     drafted = sum((r["timings"] or {}).get("draft_n", 0) for r in runs)
     accepted = sum((r["timings"] or {}).get("draft_n_accepted", 0) for r in runs)
+    # pydflash-server's engine split (timings.steps, *_ms; native has none): ms per engine step, per part. The
+    # step's wall through HTTP is the round's wall over its steps at 1 client; the gap to the split is the server's
+    steps = sum((r["timings"] or {}).get("steps", 0) for r in runs)
+    split = {p: round(sum((r["timings"] or {}).get(f"{p}_ms", 0.0) for r in runs) / steps, 4) if steps else None
+             for p in ("draft", "verify", "commit", "host")}
     return {
         "wall_s": round(wall, 4), "requests": len(runs), "completion_tokens": done,
         "tok_per_s": round(done / wall, 2),
@@ -220,6 +225,8 @@ async def run_round(client: httpx.AsyncClient, prompts: list[list[int]], first: 
         # supply, so this is tau (bonus included), averaged over drafting and non-drafting steps alike. Drafts
         # accepted past max_tokens may be counted by a server without being delivered: short runs overstate it
         "tokens_per_step": round(done / (done - accepted), 3) if done > accepted else None,
+        **({"engine_steps": steps, "draft_steps": sum((r["timings"] or {}).get("draft_steps", 0) for r in runs),
+            "engine_ms_per_step": split} if steps else {}),
     }
 
 

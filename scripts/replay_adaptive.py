@@ -29,6 +29,7 @@ import numpy as np
 from pydflash import api
 from pydflash.config import EngineConfig
 from pydflash.defaults import SHIPPED_DRAFTER, gemma_target
+from pydflash.engine.costs import StepCosts
 from pydflash.engine.request import Request
 from pydflash.engine.stats import Stats
 
@@ -107,6 +108,7 @@ def main(argv=None) -> int:
             modelled["drafting_steps"] += bool(drafting)
 
         eng._observe_costs = observe
+        eng.drafting.costs = StepCosts(drop_first=True)  # as a GPU engine's: the first sample of each shape dropped
         total = Stats()
         for wave in range(a.requests):
             batch = prompts[wave * a.slots:(wave + 1) * a.slots]

@@ -53,14 +53,14 @@ CPU_BIG_TARGET = Machine({1: 10e-3, 16: 70e-3, 64: 250e-3}, {2: 3e-3, 16: 4e-3, 
 
 
 def simulate(machine: Machine, p_accept: list[float], steps: int, seed: int = 0, draft_max: int = 15,
-             warm_up: bool = False, stall=None):
+             warm_up: bool = False, stall=None, drop_first: bool = True):
     """Run the policy closed-loop on n = len(p_accept) slots whose drafts are each accepted with conditional
     probability p. Yields (step, policy, plan, accepted per slot, step seconds) after each step is observed.
 
     warm_up: the first step of each batch shape costs 100x (graph allocation); the policy sees it, the yielded
     seconds leave it out (a one-off per process). stall(): a factor on what the policy sees of each step."""
     rng = random.Random(seed)
-    policy = adaptive.DraftPolicy()
+    policy = adaptive.DraftPolicy(StepCosts(drop_first=drop_first))  # drop_first: a GPU engine's
     slots = [adaptive.SlotPolicy() for _ in p_accept]
     n = len(slots)
     for i in range(steps):
@@ -384,3 +384,14 @@ def test_a_probe_teaches_the_drafter_curve_its_block_not_its_catch_up(tiny):
     probe, steady = drafting[0], drafting[1:]
     assert probe[0] < 0.04 and probe[1] < 0.04, probe  # catch-up in neither curve
     assert all(t_d >= 0.05 for t_d, _ in steady), steady  # a drafting step's own injection is D's
+
+
+def test_a_gpu_measures_the_whole_block_in_calibration_whatever_the_drafts():
+    """On a GPU the block's cost is measured once even when the first drafts look poor (p 0.3: 2 drafts yield ~0.4),
+    so the policy never extrapolates the drafter's cost at 16 tokens from a 3-token block (proportionally: ~5x the
+    H200's); on a CPU, where that step costs ~10 plain steps, it waits for drafts worth it."""
+    for machine, drop_first in ((GPU, True), (CPU, False)):
+        for _, policy, _, _, _ in simulate(machine, [0.3], 60, drop_first=drop_first):
+            pass
+        assert policy.costs.draft.has(16) == drop_first, machine
+        assert policy.calibrated == 2 or not drop_first

@@ -80,6 +80,10 @@ def test_completions_lossless_and_drafting(server, oracle):
         assert "cached_tokens" in u["prompt_tokens_details"]
         drafted += spec["timings"]["draft_n"]
         assert plain["timings"]["draft_n"] == 0
+        # the engine's step split (a pydflash extension): every generated token came from a step
+        for t, n in ((spec["timings"], u["completion_tokens"]), (plain["timings"], plain["usage"]["completion_tokens"])):
+            assert 1 <= t["steps"] <= n and t["verify_ms"] > 0 and t["draft_steps"] <= t["steps"]
+        assert plain["timings"]["draft_steps"] == 0 and plain["timings"]["draft_ms"] == 0
     assert drafted > 0  # speculation really ran through the server
 
 

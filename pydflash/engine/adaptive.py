@@ -30,7 +30,8 @@ final comparison: drafting must beat R_plain by MARGIN, or nobody drafts this st
   (SHORT_LEAD before the probe of a pause of LONG_PAUSE steps or more).
   The drafter's context then restarts from those features (see ``Slot``), at no extra target work.
 - Calibration: the first decode steps measure a plain step (features kept) and every slot drafting 2; one slot's
-  whole block is measured once the drafts look good enough for it to matter (``_calibration``). Steps carrying a
+  whole block is measured at once on a GPU, on a CPU once the drafts look good enough for it to matter
+  (``_calibration``). Steps carrying a
   prompt chunk are not measured, so calibration lasts until enough pure decode steps were seen.
 """
 
@@ -189,9 +190,9 @@ class DraftPolicy:
 
     def _calibration(self, slots: list[tuple[SlotPolicy, int]], maxes: list[int]) -> Plan | None:
         """The first decode steps measure a plain step (with features) and every slot drafting 2 (past each one's
-        warm-up step on a GPU). One slot's whole block is measured too, but only once some slot's drafts look good
-        enough for a long block to matter (2 drafts expected to yield >= 1 accepted): on a CPU that step costs ~10
-        plain steps, which a useless drafter should never pay."""
+        warm-up step on a GPU). One slot's whole block is measured too: at once on a GPU; on a CPU only once some
+        slot's drafts look good enough for a long block to matter (2 drafts expected to yield >= 1 accepted), since
+        there that step costs ~10 plain steps, which a useless drafter should never pay."""
         c, n = self.costs, len(maxes)
         if self.calibrated == 2:
             return None
@@ -211,7 +212,11 @@ class DraftPolicy:
             return None
         e2 = [accept_curve(pol.counts, self.prior, 2)[2] if m > 2 else -1.0 for pol, m in slots]
         j = max(range(n), key=e2.__getitem__)
-        if e2[j] < 1.0:
+        # On a GPU (first samples dropped) the block is measured whatever the drafts look like: two steps of a few
+        # plain ones, once per engine. Unmeasured, the drafter's cost beyond a 3-token block is extrapolated as
+        # proportional to its tokens (right on a CPU), ~5x the H200's at 16 tokens, and its verify as flat: every
+        # long draft then looks too dear, and a pause's probes only ever measure short ones.
+        if e2[j] < 1.0 and not c.drop_first:
             return None  # not yet: decide with what is known, and look again next time
         return Plan([maxes[j] if k == j else 0 for k in range(n)], True)
 

@@ -271,6 +271,9 @@ class Generation:
             predicted_n=sum(s.n_generated for s in st), predicted_ms=1000 * max((s.t_decode for s in st), default=0.0),
             draft_n=sum(s.n_drafted for s in st), draft_n_accepted=sum(s.n_accepted for s in st),
             cache_n=sum(getattr(s, "n_cached", 0) for s in st),
+            steps=sum(s.n_steps for s in st), draft_steps=sum(s.n_draft_steps for s in st),
+            **{f"{part}_ms": 1000 * sum(getattr(s, f"t_{part}") for s in st)
+               for part in ("draft", "verify", "commit", "host")},
         )
 
     def _count(self, call: Call, outcome: str) -> None:

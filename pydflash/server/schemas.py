@@ -478,11 +478,20 @@ class Timings(BaseModel):
     predicted_per_second: float
     draft_n: int = 0
     draft_n_accepted: int = 0
+    # pydflash's own: the engine steps after prefill (draft_steps of them carried drafts) and where their time went,
+    # summed over the call's choices (a step of several slots counts for each): draft = the drafter's forward,
+    # verify = the target's, commit = accept/rollback/emit, host = the rest of the step (engine/stats.py)
+    steps: int = 0
+    draft_steps: int = 0
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    commit_ms: float = 0.0
+    host_ms: float = 0.0
 
     @classmethod
     def of(cls, prompt_n: int, prompt_ms: float, predicted_n: int, predicted_ms: float,
-           draft_n: int = 0, draft_n_accepted: int = 0, cache_n: int = 0) -> "Timings":
-        """Rates are 0 when no time was measured (JSON has no infinity)."""
+           draft_n: int = 0, draft_n_accepted: int = 0, cache_n: int = 0, **steps) -> "Timings":
+        """Rates are 0 when no time was measured (JSON has no infinity); ``steps``: the step fields above."""
 
         def rate(n: int, ms: float) -> float:
             return n * 1000.0 / ms if ms > 0 else 0.0
@@ -490,7 +499,7 @@ class Timings(BaseModel):
         return cls(cache_n=cache_n, prompt_n=prompt_n, prompt_ms=prompt_ms,
                    prompt_per_second=rate(prompt_n, prompt_ms), predicted_n=predicted_n,
                    predicted_ms=predicted_ms, predicted_per_second=rate(predicted_n, predicted_ms),
-                   draft_n=draft_n, draft_n_accepted=draft_n_accepted)
+                   draft_n=draft_n, draft_n_accepted=draft_n_accepted, **steps)
 
 
 FinishReason = Optional[Literal["stop", "length"]]  # None in every streamed chunk but the last of a choice
