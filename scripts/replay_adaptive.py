@@ -4,7 +4,7 @@
 The engine runs for real here (the Gemma target, a drafter, held-out code prompts, greedy): its drafts, acceptances,
 feature steps and injections are what they would be anywhere. Only what the policy learns about step costs is
 replaced: each decode step teaches it the seconds the H200 would have taken for that step's shape, from the
-model below (scripts/step_costs.py on the H200, docs/gpu_2026-12-02/step_costs_new.json), so that on a CPU, where
+model below (scripts/step_costs.py on the H200, docs/drafter_2026-12-01-b/step_costs_v3.json), so that on a CPU, where
 drafting never pays, the policy decides as it would on the GPU. The modelled tok/s sums those seconds.
 
     .venv/bin/python scripts/replay_adaptive.py [--slots 1] [--requests 4] [--tokens 256] [--catch-up-in-d]
@@ -12,8 +12,9 @@ drafting never pays, the policy decides as it would on the GPU. The modelled tok
 ``--catch-up-in-d`` teaches the drafter's cost curve every injection, catch-up included (the rule before this
 script): a probe after a pause then also pays for the lead-in's feature rows, which a drafting step never repeats.
 The injection cost (one llama_process per call, plus a little per row) is not measured by step_costs.py: the default
-is what the H200 run of docs/gpu_2026-12-01/bench_gpu_adaptive_c1.md implies (synthetic L=8 drafted at 1.24 ms per
-step against a 0.85 ms block forward).
+0.4 ms per call is an assumption, about the gap between the drafter time per synthetic-L=8 step in the H200's
+in-process split (1.24 ms, docs/gpu_2026-12-01/bench_gpu_adaptive_c1.md) and a block forward alone (0.85 ms);
+vary it with --inject-ms.
 """
 
 from __future__ import annotations

@@ -31,8 +31,8 @@ final comparison: drafting must beat R_plain by MARGIN, or nobody drafts this st
   The drafter's context then restarts from those features (see ``Slot``), at no extra target work.
 - Calibration: the first decode steps measure a plain step (features kept) and every slot drafting 2; one slot's
   whole block is measured at once on a GPU, on a CPU once the drafts look good enough for it to matter
-  (``_calibration``). Steps carrying a
-  prompt chunk are not measured, so calibration lasts until enough pure decode steps were seen.
+  (``_calibration``). Steps carrying a prompt chunk are not measured, so calibration lasts until enough pure
+  decode steps were seen.
 """
 
 from __future__ import annotations
