@@ -169,6 +169,13 @@ def test_errors_name_the_file(tmp_path, tiny):
     assert str(p.target) in r.stderr
 
 
+def test_context_overflow_suggests_the_cli_flags(tiny):
+    p = tiny("qwen3")
+    r = run("-m", str(p.target), "-p", "hello world", "-n", "100", "-c", "64")
+    _bad(r)
+    assert "exceeds the slot context (64)" in r.stderr and "-c/--ctx-size" in r.stderr and "-n/--n-predict" in r.stderr
+
+
 def test_scale_mismatch_suggests_the_cli_flag(tiny):
     p = tiny("gemma3", embedding_scale_key=64.0)
     r = run("-m", str(p.target), "-md", str(p.drafter), "-p", "x", "-n", "4")

@@ -230,7 +230,7 @@ def main(argv=None) -> int:
         args = parse_args(argv)
         if args.verbose:
             os.environ["PYDFLASH_VERBOSE"] = "1"
-        from ..errors import PydflashError
+        from ..errors import ContextOverflow, PydflashError
 
         try:
             rc = run(args)
@@ -240,6 +240,8 @@ def main(argv=None) -> int:
             raise
         except BadInput as exc:
             return _fail(str(exc))
+        except ContextOverflow as exc:  # the engine names its own numbers; these are the CLI's names for them
+            return _fail(f"{exc} (raise -c/--ctx-size or lower -n/--n-predict)")
         except (PydflashError, ValueError, OSError) as exc:
             return _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     except BrokenPipeError:
