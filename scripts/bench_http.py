@@ -226,7 +226,8 @@ async def run_round(client: httpx.AsyncClient, prompts: list[list[int]], first: 
         # accepted past max_tokens may be counted by a server without being delivered: short runs overstate it
         "tokens_per_step": round(done / (done - accepted), 3) if done > accepted else None,
         **({"engine_steps": steps, "draft_steps": sum((r["timings"] or {}).get("draft_steps", 0) for r in runs),
-            "engine_ms_per_step": split} if steps else {}),
+            "engine_ms_per_step": split, "prefill_ms": round(sum(r["timings"]["prompt_ms"] for r in runs), 3)}
+           if steps else {}),
     }
 
 
@@ -436,6 +437,20 @@ def extra_cell(lvl: dict | None) -> str:
     return ", ".join(parts)
 
 
+def split_cell(lvl: dict | None, clients: int = 0) -> str:
+    """The engine's step split of the level's median round (by tok/s), "" where the server reported none."""
+    rounds = [r for r in (lvl or {}).get("rounds", []) if r.get("engine_ms_per_step")]
+    if not rounds:
+        return ""
+    r = sorted(rounds, key=lambda r: r["tok_per_s"])[len(rounds) // 2]
+    sp = r["engine_ms_per_step"]
+    out = " + ".join(f"{sp[p]:.2f}" for p in ("draft", "verify", "commit", "host"))
+    out += f", {r['draft_steps'] / r['engine_steps']:.0%} drafting"
+    if clients == 1:  # requests one after another: the round's wall is their prefills plus their steps
+        out += f", wall {(1e3 * r['wall_s'] - r['prefill_ms']) / r['engine_steps']:.2f}"
+    return out
+
+
 def table_head(levels: list[int]) -> list[str]:
     """The header rows of a table with one column per concurrency level."""
     return ["| condition | " + " | ".join(f"c{c}" for c in levels) + " |", "|---|" + "---|" * len(levels)]
@@ -484,6 +499,14 @@ def markdown(report: dict) -> str:
     for n in names:
         lv = report["conditions"][n].get("levels", {})
         lines.append(f"| `{n}` | " + " | ".join(extra_cell(lv.get(str(c))) for c in levels) + " |")
+    split_rows = [n for n in names if any(split_cell(lv) for lv in report["conditions"][n].get("levels", {}).values())]
+    if split_rows:
+        lines += ["", "pydflash's engine per step (median round, ms): draft + verify + commit + host, the share of "
+                  "steps that drafted, and at 1 client the round's wall less its prefills per step (its gap to the "
+                  "split is the HTTP side's).", "", *table_head(levels)]
+        for n in split_rows:
+            lv = report["conditions"][n].get("levels", {})
+            lines.append(f"| `{n}` | " + " | ".join(split_cell(lv.get(str(c)), c) or "-" for c in levels) + " |")
     lines += ["", "## Targets of issue 13", "", "| target | measured (ratio of medians) | verdict |", "|---|---|---|"]
     for t in report.get("targets") or targets(report):
         got = ", ".join(f"c{c} {r:.2f}x" if r is not None else f"c{c} -" for c, r in t["ratios"].items())
