@@ -12,6 +12,7 @@ import pytest
 from pydflash.server.chat import GEMMA, ChatTemplate
 from pydflash.train import corpus, eval_suite
 from pydflash.train import corpus_synth as synth
+from pydflash.train.data import is_eval
 
 N = 400
 # a stand-in held-out row: the real ones need the target's vocabulary (tested below, marked real_model)
@@ -87,14 +88,21 @@ def test_heldout_filter_matches_64_chars_at_any_offset():
     assert not corpus.Heldout(["    }\n" * 30]).hits("foo\n" + "    }\n" * 30)
 
 
+def training_path(folder, name: str):
+    """A path in folder that the corpus' train/eval split (a hash of the path, 1 in 40 to eval) keeps for training:
+    tmp_path varies by run, and a test file that hashed to eval was dropped before the held-out filter saw it."""
+    stem, suffix = name.rsplit(".", 1)
+    return next(p for p in (folder / f"{stem}{i}.{suffix}" for i in range(200)) if not is_eval(str(p)))
+
+
 def test_heldout_source_file_is_dropped(tmp_path):
     marker = "zebra_quokka_marker"
-    planted = tmp_path / "planted.py"
+    planted = training_path(tmp_path, "planted.py")
     planted.write_text("".join(f"def {marker}_{i}(x):\n    return x + {i}\n\n" for i in range(40))
                        + "# " + FAKE_HELDOUT[3:90] + "\n")
-    clean = tmp_path / "clean.py"
+    clean = training_path(tmp_path, "clean.py")
     clean.write_text("".join(f"def keep_{i}(x):\n    return x * {i}\n\n" for i in range(40)))
-    doc = tmp_path / "doc.md"
+    doc = training_path(tmp_path, "doc.md")
     doc.write_text("# Notes\n\n" + "".join(f"Item {i} of the list is described here at length. " for i in range(60)))
     srcs = [corpus.Source("py", "code", 1.0, 3.5, "test", [str(planted), str(clean)]),
             corpus.Source("md", "prose", 1.0, 3.6, "test", [str(doc)])]
