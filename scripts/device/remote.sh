@@ -138,6 +138,10 @@ gen)  # NPROC generator processes share the GPU, process i on lines SKIP + i * S
       # GEN_ARGS passes more flags (--kv-streams)
     use_build
     skip=${3:-0}; span=${5:-30000}; nproc=${6:-2}
+    # the call has 600 s: the build may have taken part of them (use_build waits for it), and the model loads, the
+    # summaries and the tar take up to ~100 s besides (on 2026-12-01 a 380 s run used 599 s of its call)
+    seconds=$(( ${2:-400} < 480 - SECONDS ? ${2:-400} : 480 - SECONDS ))
+    echo "gen: ${seconds} s of generation (asked ${2:-400}, ${SECONDS} s of this call already gone)"
     if [ -f $W/slots_gpu.json ] && [ -z "${GEN_ARGS+x}" ]; then  # per-slot KV streams if `slots` found them faster
         GEN_ARGS=$(python3 -c "import json; r = {(x['layout'], x['slots']): x['step_ms'] for x in json.load(open('$W/slots_gpu.json'))['rows']}
 print('--kv-streams' if r.get(('streams', 128), 1e9) < r.get(('unified', 128), 0) else '')")
@@ -149,7 +153,7 @@ print('--kv-streams' if r.get(('streams', 128), 1e9) < r.get(('unified', 128), 0
     nproc=${#ranges[@]}
     for i in $(seq 0 $((nproc - 1))); do
         python3 -m pydflash.train.generate --target $W/gemma.gguf --prompts .device-bench/corpus/prompts.jsonl.gz \
-            --out $W/data/${GEN_TAG:-}p$i --ngl -1 --threads 4 --slots "${4:-128}" --n-new 256 --seconds "${2:-400}" \
+            --out $W/data/${GEN_TAG:-}p$i --ngl -1 --threads 4 --slots "${4:-128}" --n-new 256 --seconds "$seconds" \
             --skip ${ranges[$i]%:*} --stop ${ranges[$i]#*:} ${GEN_ARGS:-} > $W/gen$i.log 2>&1 &
     done
     wait || true
