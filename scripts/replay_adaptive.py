@@ -30,7 +30,8 @@ import numpy as np
 from pydflash import api
 from pydflash.config import EngineConfig
 from pydflash.defaults import SHIPPED_DRAFTER, gemma_target
-from pydflash.engine.costs import StepCosts
+from pydflash.engine.costs import Curve, StepCosts
+from pydflash.engine.drafter import ProposeCost
 from pydflash.engine.request import Request
 from pydflash.engine.stats import Stats
 
@@ -42,27 +43,25 @@ FEATURES_OFF = 1.141 / 1.151
 DRAFT = {5: 0.558, 16: 0.845, 40: 1.376, 128: 2.398}  # drafter block forward over x block tokens
 
 
-def interp(table: dict, x: float) -> float:
-    xs = sorted(table)
-    if x <= xs[0]:
-        return table[xs[0]]
-    for a, b in zip(xs, xs[1:]):
-        if x <= b:
-            return table[a] + (table[b] - table[a]) * (x - a) / (b - a)
-    a, b = xs[-2], xs[-1]
-    return table[b] + (table[b] - table[a]) / (b - a) * (x - b)
+def curve(table: dict) -> Curve:
+    """The table as the engine's own cost curve: linear between points, flat below, the last slope above."""
+    c = Curve(drop_first=False)
+    for x, ms in table.items():
+        c.observe(x, 1e-3 * ms)
+    return c
 
 
 class H200:
     def __init__(self, inject_ms: float, inject_row_us: float):
         self.inject_ms, self.inject_row_us = inject_ms, inject_row_us
+        self._verify, self._draft = curve(VERIFY_C1), curve(DRAFT)
 
     def verify(self, n: int, x: int, features: bool) -> float:
-        t = PER_SLOT * (n - 1) + interp(VERIFY_C1, x - (n - 1))
-        return 1e-3 * t * (1.0 if features else FEATURES_OFF)
+        t = 1e-3 * PER_SLOT * (n - 1) + self._verify(x - (n - 1))
+        return t * (1.0 if features else FEATURES_OFF)
 
     def draft(self, x: int) -> float:
-        return 1e-3 * interp(DRAFT, x) if x else 0.0
+        return self._draft(x) if x else 0.0
 
     def inject(self, rows: int) -> float:
         return 1e-3 * (self.inject_ms + self.inject_row_us * 1e-3 * rows) if rows else 0.0
@@ -96,14 +95,13 @@ def main(argv=None) -> int:
         eng = llm.engine
 
         def observe(plan, _total):  # replaces Engine._observe_costs: the H200's seconds for this step's shape
-            cost = eng.drafter.last_cost
+            rows = eng.drafter.last_cost.rows
             drafting = [k for _, k in plan if k]
-            n, x = len(plan), sum(1 + k for _, k in plan)
-            t_v = gpu.verify(n, x, eng.target_ctx.features_on)
-            t_block, t_inj = gpu.draft(sum(1 + k for k in drafting)), gpu.inject(cost.rows)
-            steady = cost.rows <= eng.block_size * len(drafting)
-            eng.drafting.costs.observe(n, x, eng.target_ctx.features_on, t_v, sum(1 + k for k in drafting),
-                                       t_block + t_inj if steady or a.catch_up_in_d else t_block)
+            t_v = gpu.verify(len(plan), sum(1 + k for _, k in plan), eng.target_ctx.features_on)
+            t_block, t_inj = gpu.draft(sum(1 + k for k in drafting)), gpu.inject(rows)
+            # the old rule: the injection counted as part of the block forward, catch-up or not
+            cost = ProposeCost(0.0, rows, t_block + t_inj) if a.catch_up_in_d else ProposeCost(t_inj, rows, t_block)
+            eng._teach_costs(plan, t_v, cost)
             modelled["seconds"] += t_v + t_block + t_inj
             modelled["steps"] += 1
             modelled["drafting_steps"] += bool(drafting)

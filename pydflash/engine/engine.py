@@ -33,7 +33,7 @@ from ..pair import Pair
 from . import adaptive, proposal, rejection
 from .costs import StepCosts
 from .accept import commit_tokens, greedy_accept, synthetic_accept, synthetic_rate
-from .drafter import Drafter
+from .drafter import Drafter, ProposeCost
 from .prefix import PromptCache
 from .request import Event, Request, Result
 from .slot import Slot
@@ -384,22 +384,26 @@ class Engine:
             st.t_host += split[3]
 
     def _observe_costs(self, plan: list[tuple[Slot, int]], total: float) -> None:
-        """Teach adaptive drafting this decode step's cost: the drafter's part (its injection and block forward,
-        host work included) is D's, everything else scales with the verify tokens and is V's (costs.py).
+        """Teach adaptive drafting this decode step's measured cost: the drafter's part (its injection and block
+        forward, host work included) is D's, everything else scales with the verify tokens and is V's (costs.py)."""
+        cost = self.drafter.last_cost
+        self._teach_costs(plan, total - cost.inject_s - cost.block_s, cost)
+
+    def _teach_costs(self, plan: list[tuple[Slot, int]], t_verify: float, cost: ProposeCost) -> None:
+        """One decode step's V and D for the policy's cost curves (scripts/replay_adaptive.py passes modelled ones).
 
         A drafting slot injects what it committed since it last drafted: at most a block per step while it keeps
         drafting. More is catch-up, the feature rows of the steps it sat out (a probe after a pause, the first draft
         after a prompt): a one-off that a drafting step does not repeat. Counted in D, it made each probe, the only
-        drafting a paused engine does, look dearer than drafting is, and so the next pause longer (replayed with
-        the H200's costs, scripts/replay_adaptive.py: 1.45x modelled instead of 1.64x at 1 slot). A catch-up step
-        teaches D its block forward only."""
-        cost = self.drafter.last_cost
+        drafting a paused engine does, look dearer than drafting is, and so the next pause longer. In
+        scripts/replay_adaptive.py (the H200's costs, 1 slot, 4 requests) it cost 1.64x -> 1.45x modelled while the
+        whole block went unmeasured; with the block measured in calibration (``adaptive``) the two rules model alike
+        (1.62x / 1.63x). A catch-up step teaches D its block forward only."""
         drafting = [k for _, k in plan if k]
         steady = cost.rows <= self.block_size * len(drafting)
-        t_drafter = cost.inject_s + cost.block_s
-        self.drafting.costs.observe(len(plan), sum(1 + k for _, k in plan), self.target_ctx.features_on,
-                                    total - t_drafter, sum(1 + k for k in drafting),
-                                    t_drafter if steady else cost.block_s)
+        t_draft = cost.inject_s + cost.block_s if steady else cost.block_s
+        self.drafting.costs.observe(len(plan), sum(1 + k for _, k in plan), self.target_ctx.features_on, t_verify,
+                                    sum(1 + k for k in drafting), t_draft)
 
     # --- slots ----------------------------------------------------------------------------------------
     def _admit(self) -> None:
