@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import signal
 import time
 
@@ -13,21 +14,40 @@ import pytest
 from server_util import Server, write_models_toml
 
 
-def two_model_server(tiny, folder, n_ctx_slot: int, max_resident: int) -> Server:
+def two_model_server(tiny, folder, n_ctx_slot: int, max_resident: int, args=(), log=None) -> Server:
     """Presets alpha (tiny gemma3 pair, the default) and beta (tiny llama pair)."""
     a, b = tiny("gemma3"), tiny("llama")
     cfg = write_models_toml(folder / "models.toml", {
         "alpha": {"target": str(a.target), "drafter": str(a.drafter), "n_slots": 2, "n_ctx_slot": n_ctx_slot},
         "beta": {"target": str(b.target), "drafter": str(b.drafter), "n_slots": 2, "n_ctx_slot": n_ctx_slot},
     }, default="alpha")
-    return Server(["--config", str(cfg), "--max-resident", str(max_resident)])
+    return Server(["--config", str(cfg), "--max-resident", str(max_resident), *args], log=log)
 
 
 @pytest.fixture(scope="module")
 def server(tiny, tmp_path_factory):
-    srv = two_model_server(tiny, tmp_path_factory.mktemp("router"), n_ctx_slot=512, max_resident=1)
-    yield srv
-    srv.stop()
+    folder = tmp_path_factory.mktemp("router")
+    with open(folder / "server.log", "wb") as log:  # the server's stdout and stderr, as the benchmarks capture them
+        srv = two_model_server(tiny, folder, n_ctx_slot=512, max_resident=1, args=["-v"], log=log)
+        yield srv
+        srv.stop()
+
+
+def test_worker_logs_reach_the_server_output(server):
+    """A worker's stderr (its INFO lines under -v, warnings, tracebacks) shows in the server's own output; before,
+    the router kept it in a file read only for exit reports."""
+    pid = worker_pid(server, "alpha")  # the preloaded default, the only worker yet
+    log_path = pathlib.Path(server.log.name)
+    deadline = time.monotonic() + 10
+    while True:
+        text = log_path.read_text(errors="replace")
+        # lines only a worker writes: uvicorn's startup with the worker's process id and its Unix socket, and the
+        # worker's own logging at INFO (its "worker" format), which -v passes down as --log-level info
+        if (f"Started server process [{pid}]" in text and "Uvicorn running on unix socket" in text
+                and "worker pydflash.server.chat INFO chat template:" in text):
+            break
+        assert time.monotonic() < deadline, text[-3000:]
+        time.sleep(0.1)
 
 
 def resident(server) -> set[str]:
@@ -167,26 +187,23 @@ def test_router_drops_only_the_cancelled_read_wakeup_report(loop_kind, caplog):
 
 def test_a_dead_workers_report_survives_its_respawn():
     """The stream handler's report on a worker that died names that process's status and last words even when the
-    watcher respawns the worker (a new running process, its stderr truncated) before the handler looks again;
+    watcher respawns the worker (a new running process with a stderr of its own) before the handler looks again;
     before, it said 'still running' (seen under load in test_a_native_abort_names_its_cause_in_the_router_log)."""
     import asyncio
-    import subprocess
     import sys
-    import tempfile
 
     from pydflash.server.router import Worker
 
     w = Worker.__new__(Worker)  # only the process bookkeeping: no preset, no socket
-    w._stderr, w._last_exit = tempfile.TemporaryFile(), None
+    w.proc, w._stderr, w._last_exit = None, None, None
     code = "import sys, time; time.sleep(0.5); sys.stderr.write('Fatal Python error: Aborted\\n'); sys.exit(6)"
-    w.proc = subprocess.Popen([sys.executable, "-c", code], stderr=w._stderr)
+    w._spawn([sys.executable, "-c", code])
 
     async def stream_breaks_then_respawn():
         handler = asyncio.create_task(w.settled_exit_report(wait_s=5.0))
         await asyncio.sleep(0)  # the handler starts waiting on the dying process
         w.proc.wait()  # it dies; the watcher respawns before the handler's next look (the loop is blocked here)
-        w._reset_stderr()
-        w.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], stderr=w._stderr)
+        w._spawn([sys.executable, "-c", "import time; time.sleep(30)"])
         return await handler
 
     try:

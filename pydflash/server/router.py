@@ -11,6 +11,7 @@ The router process never loads a model. Selection rules:
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -19,6 +20,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Optional
 
@@ -74,6 +76,42 @@ def select(models: ServerModels, name: Optional[str], recent: Optional[str]) -> 
     return name
 
 
+class StderrPump:
+    """One worker process's stderr, read on a thread of its own. Each line goes on to the router's stderr as it comes,
+    since the worker's logs (engine INFO lines, warnings, tracebacks) belong in the server's output, and the last
+    ``KEEP`` lines stay here for the exit report. The thread ends at the pipe's EOF, once the process is gone."""
+
+    KEEP = 2000  # ample for a faulthandler dump of every thread after the cause line; bounded for a long-lived worker
+
+    def __init__(self, pipe):
+        self._lines: collections.deque[str] = collections.deque(maxlen=self.KEEP)
+        self._lock = threading.Lock()  # the event loop reads while this thread appends
+        self._thread = threading.Thread(target=self._pump, args=(pipe,), name="worker-stderr", daemon=True)
+        self._thread.start()
+
+    def _pump(self, pipe) -> None:
+        # a thread, not the event loop: a blocking read costs nothing here, and it keeps draining whatever the
+        # loop does, so a chatty worker never fills the pipe and stalls on a write
+        with pipe:
+            for raw in pipe:
+                line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                with self._lock:
+                    self._lines.append(line)
+                # a closed or broken router stderr must not stop the draining
+                with contextlib.suppress(OSError, ValueError):
+                    sys.stderr.write(line + "\n")
+                    sys.stderr.flush()
+
+    @property
+    def done(self) -> bool:
+        """Every line the process wrote is here (EOF)."""
+        return not self._thread.is_alive()
+
+    def lines(self) -> list[str]:
+        with self._lock:
+            return list(self._lines)
+
+
 class Worker:
     """One worker process and the HTTP client that reaches it over its Unix socket."""
 
@@ -89,8 +127,17 @@ class Worker:
         self.inflight = 0
         self.starting: Optional[asyncio.Future] = None  # the load in progress (or done); waiters await it
         self.last_used = time.monotonic()
-        self._stderr = tempfile.TemporaryFile()
-        self._last_exit: Optional[tuple[subprocess.Popen, str]] = None  # a dead process and its exit report
+        self._stderr: Optional[StderrPump] = None  # the current process's
+        # the previous process and its stderr, since a respawn can come before a stream's handler reports on the
+        # dead one (see settled_exit_report)
+        self._last_exit: Optional[tuple[subprocess.Popen, StderrPump]] = None
+
+    def _spawn(self, cmd: list[str]) -> None:
+        if self.proc is not None:
+            self._last_exit = (self.proc, self._stderr)
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     env=os.environ.copy())
+        self._stderr = StderrPump(self.proc.stderr)
 
     async def start(self) -> None:
         self.ready.clear()
@@ -98,17 +145,15 @@ class Worker:
         self.stopping = False
         with contextlib.suppress(FileNotFoundError):
             self.sock.unlink()
-        cmd = [sys.executable, "-m", "pydflash.server.worker", "--preset", self.preset.to_json(),
-               "--uds", str(self.sock), "--log-level", self.log_level]
-        self._reset_stderr()
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
-                                     env=os.environ.copy())
+        self._spawn([sys.executable, "-m", "pydflash.server.worker", "--preset", self.preset.to_json(),
+                     "--uds", str(self.sock), "--log-level", self.log_level])
         transport = httpx.AsyncHTTPTransport(uds=str(self.sock))
         self.client = httpx.AsyncClient(transport=transport, base_url="http://worker",
                                         timeout=httpx.Timeout(None, connect=5.0))
         deadline = time.monotonic() + LOAD_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                await self._settle(self.proc, 2.0)  # its LOAD-ERROR line may still be in the pipe
                 self.error = self.last_error() or f"worker exited with status {self.proc.returncode}"
                 raise ModelUnavailable(f"model {self.preset.name!r} failed to load: {self.error}", retry_after=10)
             if self.sock.exists():
@@ -122,22 +167,19 @@ class Worker:
         await self.stop()
         raise ModelUnavailable(f"model {self.preset.name!r} did not load within {LOAD_TIMEOUT_S:.0f} s")
 
-    def last_error(self) -> str:
-        self._stderr.seek(0)
-        lines = [ln for ln in self._stderr.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    def _stderr_of(self, proc: Optional[subprocess.Popen]) -> Optional[StderrPump]:
+        if self._last_exit is not None and self._last_exit[0] is proc:
+            return self._last_exit[1]
+        return self._stderr if proc is self.proc else None
+
+    def last_error(self, proc: Optional[subprocess.Popen] = None) -> str:
+        pump = self._stderr_of(proc or self.proc)
+        lines = [ln for ln in (pump.lines() if pump is not None else []) if ln.strip()]
         marked = [ln.split("LOAD-ERROR: ", 1)[1] for ln in lines if "LOAD-ERROR: " in ln]
         # after a native abort the last line is a stack frame (faulthandler's, or ggml's backtrace): the cause is
         # the last line that names one
         causes = [ln for ln in lines if _CAUSE.search(ln)]
         return (marked or causes or lines or [""])[-1][:500]
-
-    def _reset_stderr(self) -> None:
-        """A fresh stderr for the next process; the previous one's exit report is kept first, since a respawn can
-        come before a stream's handler reads it (see settled_exit_report)."""
-        if self.proc is not None and self.proc.poll() is not None:
-            self._last_exit = (self.proc, self.exit_report())
-        self._stderr.seek(0)
-        self._stderr.truncate()
 
     def exit_report(self, proc: Optional[subprocess.Popen] = None) -> str:
         """For logs: a process's (default: the current one's) exit status and its last stderr line, or that it
@@ -146,21 +188,25 @@ class Worker:
         status = proc.poll() if proc is not None else None
         if status is None:
             return "still running"
-        if self._last_exit is not None and self._last_exit[0] is proc:
-            return self._last_exit[1]
-        return f"status {status}; last words: {self.last_error()}"
+        return f"status {status}; last words: {self.last_error(proc)}"
+
+    async def _settle(self, proc: subprocess.Popen, wait_s: float) -> None:
+        """Until the process has exited and its stderr pump has read the last of it, or wait_s."""
+        pump = self._stderr_of(proc)
+        deadline = time.monotonic() + wait_s
+        while (proc.poll() is None or (pump is not None and not pump.done)) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
 
     async def settled_exit_report(self, wait_s: float = 10.0) -> str:
-        """exit_report once a dying worker has exited: its connections close a moment before the process is
-        reaped, and the report is the only place its last words are kept. An abort's faulthandler dump and core
-        took over 2 s on a loaded 2-core runner (the report then said 'still running'); the wait ends as soon as
-        the process is gone, so only a worker that closed its stream without dying costs the whole bound."""
-        # the process whose stream broke: the watcher may respawn the worker meanwhile (a new process, its stderr
-        # truncated), and a report on the new one would say "still running"
+        """exit_report once a dying worker has exited and its last words have come through the pipe: its
+        connections close a moment before the process is reaped. An abort's faulthandler dump and core took over
+        2 s on a loaded 2-core runner (the report then said 'still running'); the wait ends as soon as the process
+        is gone, so only a worker that closed its stream without dying costs the whole bound."""
+        # the process whose stream broke: the watcher may respawn the worker meanwhile (a new process with a stderr
+        # of its own), and a report on the new one would say "still running"
         proc = self.proc
-        deadline = time.monotonic() + wait_s
-        while proc is not None and proc.poll() is None and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        if proc is not None:
+            await self._settle(proc, wait_s)
         return self.exit_report(proc)
 
     @property
@@ -295,7 +341,7 @@ class Router:
                     asyncio.ensure_future(self._respawn(key, w))
 
     async def _respawn(self, key: str, w: Worker) -> None:
-        log.error("worker for model %s died (%s); respawning", log_safe(key), log_safe(w.exit_report()))
+        log.error("worker for model %s died (%s); respawning", log_safe(key), log_safe(await w.settled_exit_report()))
         RESTARTS.labels(key).inc()
         RESIDENT.dec()
         process_dead(w.proc.pid)
