@@ -228,8 +228,9 @@ def _relayed(resp: httpx.Response) -> dict:
 
 
 async def _worker_gone(w, exc: Exception) -> ModelUnavailable:
-    # the worker's own last words (a native assert, an engine failure) go to its stderr, which only the router
-    # holds: say them here too, since a client or benchmark may stop the server before the respawn logs them
+    # the worker's own last words (a native assert, an engine failure) reach the server's stderr among its other
+    # lines: name them here next to the failed request, since a client or benchmark may stop the server before the
+    # respawn logs them
     report = await w.settled_exit_report()
     log.error("lost the worker of model %s: %s (worker %s)", log_safe(w.preset.name), exc, log_safe(report))
     return ModelUnavailable(f"the worker serving {w.preset.name!r} failed; retry shortly")
