@@ -16,7 +16,7 @@ Both servers get the same model files, slots (``-np`` = the largest client count
 ``-c`` is the total, split over the slots, so it gets ``ctx * np``), threads and GPU layers. Each condition starts
 its own server, waits for ``/health``, and for each concurrency level C runs one untimed warm-up round, then
 ``--rounds`` timed rounds in which C clients each send ``--requests`` streamed ``/v1/completions`` one after
-another (temperature 0, ``ignore_eos``, ``max_tokens`` = ``--tokens``, ``cache_prompt`` false unless
+another (more at low concurrency, so that a round holds at least ``--min-round-requests``) (temperature 0, ``ignore_eos``, ``max_tokens`` = ``--tokens``, ``cache_prompt`` false unless
 ``--cache-prompt``: both servers read that llama-server extension). Every server sees the same prompts in the
 same order: held-out code prompts (the first ``prompt_len`` token ids of each ``code_tokens`` row of
 pydflash/train/heldout_eval.npz, as scripts/eval_drafter.py uses them; they start with BOS, and token-id prompts
@@ -26,7 +26,8 @@ With ``--interleave`` every condition's server starts first and stays up (one H2
 costs nothing), and at each level the rounds alternate across servers, round r of each before round r + 1 of any,
 in an order rotated each round: conditions are then compared over rounds seconds apart, not minutes, so the
 machine's drift (clocks, other load) reaches them alike. The ratio that matters most for a useless drafter, ~3 %
-from plain, is smaller than the drift between conditions run minutes apart.
+from plain, is smaller than the drift between conditions run minutes apart. The targets between two pydflash
+conditions also give the ratio of each pair of same-numbered rounds (median and range).
 
 Per round: tok/s = the servers' ``usage.completion_tokens`` summed over the round's wall time (first send to last
 [DONE]); TTFT p50 (send -> first frame with text); drafted / accepted from ``timings.draft_n`` /
@@ -231,13 +232,22 @@ async def run_round(client: httpx.AsyncClient, prompts: list[list[int]], first: 
     }
 
 
+def requests_at(a: argparse.Namespace, clients: int) -> int:
+    """Requests per client per round at this level: --requests, more at low concurrency so that a round holds at
+    least --min-round-requests. At 1 client two 256-token requests took 0.7 s on the H200, and such rounds of pydflash
+    plain spread over 687-781 tok/s (docs/gpu_2026-12-01-f): too short to see the 3 % that issue 13's useless-drafter
+    bound allows."""
+    return max(a.requests, -(-getattr(a, "min_round_requests", 0) // clients))
+
+
 async def run_level(base: str, prompts: list[list[int]], clients: int, a: argparse.Namespace) -> list[dict]:
     limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
     async with httpx.AsyncClient(base_url=base, timeout=httpx.Timeout(a.request_timeout), limits=limits) as client:
-        per_round = clients * a.requests
+        requests = requests_at(a, clients)
+        per_round = clients * requests
         # untimed: CUDA graphs for this batch size, adaptive drafting's cost calibration, the prompt caches
         await run_round(client, prompts, 0, clients, 1, a)
-        return [await run_round(client, prompts, r * per_round, clients, a.requests, a)
+        return [await run_round(client, prompts, r * per_round, clients, requests, a)
                 for r in range(a.rounds)]
 
 
@@ -314,7 +324,8 @@ async def interleaved_level(bases: dict[str, str], prompts: list[list[int]], cli
     errors: dict[str, BaseException] = {}
     clients_of = {cid: httpx.AsyncClient(base_url=base, timeout=timeout, limits=limits, transport=transport)
                   for cid, base in bases.items()}
-    per_round = clients * a.requests
+    requests = requests_at(a, clients)
+    per_round = clients * requests
     try:
         for r in range(-1, a.rounds):  # -1: the untimed warm-up (see run_level)
             live = [cid for cid in bases if cid not in errors]
@@ -325,7 +336,7 @@ async def interleaved_level(bases: dict[str, str], prompts: list[list[int]], cli
                         await run_round(clients_of[cid], prompts, 0, clients, 1, a)
                     else:
                         rounds[cid].append(await run_round(clients_of[cid], prompts, r * per_round, clients,
-                                                           a.requests, a))
+                                                           requests, a))
                 except (StreamError, httpx.HTTPError) as exc:
                     errors[cid] = exc
     finally:
@@ -383,8 +394,23 @@ def ratio(report: dict, cond: str, clients: int, ref: str = BASELINE) -> float |
     return round(x / base, 2) if x is not None and base else None
 
 
+def paired(report: dict, cond: str, clients: int, ref: str) -> list[float] | None:
+    """Round r of cond over round r of ref at this level, for every r, when the two ran interleaved in one chunk
+    (round r of each within seconds of the other): a ratio that the machine's drift over the level leaves alone, so
+    its spread shows how far the ratio of medians can be trusted. None for the native-best baseline (a maximum over
+    two servers, possibly run in another chunk) and where the rounds do not pair up."""
+    if ref == BASELINE or not report["params"].get("interleave"):
+        return None
+    lv = [report["conditions"].get(c, {}).get("levels", {}).get(str(clients), {}) for c in (cond, ref)]
+    rounds = [lvl.get("rounds") or [] for lvl in lv]
+    if not rounds[0] or len(rounds[0]) != len(rounds[1]):
+        return None
+    return [x["tok_per_s"] / y["tok_per_s"] for x, y in zip(*rounds) if y["tok_per_s"]]
+
+
 def targets(report: dict) -> list[dict]:
-    """Each target of the issue as met / not met / not measured, from the medians."""
+    """Each target of the issue as met / not met / not measured, from the medians (with the paired per-round
+    ratios beside them where there are some)."""
     out = []
     levels = report["params"]["clients"]
     for what, cond, clients, ref, op, bound in TARGETS:
@@ -398,8 +424,11 @@ def targets(report: dict) -> list[dict]:
             verdict = "met" if ok else "not met"
             if ok and len(measured) < len(at):
                 verdict = "met where measured"
+        pairs = {str(c): pr for c in at if (pr := paired(report, cond, c, ref))}
         out.append({"target": what, "condition": cond, "reference": ref, "op": op, "bound": bound,
-                    "ratios": {str(c): r for c, r in got.items()}, "verdict": verdict})
+                    "ratios": {str(c): r for c, r in got.items()}, "verdict": verdict,
+                    **({"paired": {c: [round(statistics.median(pr), 3), round(min(pr), 3), round(max(pr), 3)]
+                                   for c, pr in pairs.items()}} if pairs else {})})
     return out
 
 
@@ -451,6 +480,14 @@ def split_cell(lvl: dict | None, clients: int = 0) -> str:
     return out
 
 
+def per_client(p: dict) -> str:
+    """Requests per client per round, as the header states them."""
+    per = p.get("requests_per_client") or {}
+    if len(set(per.values())) <= 1:
+        return str(p["requests"])
+    return ", ".join(f"{n} at c{c}" for c, n in per.items())
+
+
 def table_head(levels: list[int]) -> list[str]:
     """The header rows of a table with one column per concurrency level."""
     return ["| condition | " + " | ".join(f"c{c}" for c in levels) + " |", "|---|" + "---|" * len(levels)]
@@ -468,7 +505,7 @@ def markdown(report: dict) -> str:
         f"(vendored, with patches/). Gemma-3-270M Q4_K_M target; the shipped drafter {SHIPPED_DRAFTER.name}. "
         f"Held-out code prompts ({p['prompt_tokens']} tokens), temperature 0, ignore_eos, "
         f"cache_prompt {str(p.get('cache_prompt')).lower()}, max_tokens {p['tokens']}; each of C clients sends "
-        f"{p['requests']} streamed /v1/completions per round, one untimed warm-up round per level, then "
+        f"{per_client(p)} streamed /v1/completions per round, one untimed warm-up round per level, then "
         f"{p['rounds']} timed round{'s' if p['rounds'] > 1 else ''}. Native DFlash drafts "
         f"{p.get('native_draft_max', '?')} tokens per step (`--spec-draft-n-max`). Both servers: {max(levels)} "
         f"slots, {p['ctx']} tokens of context per slot, {p['threads']} threads, ngl {p['ngl']}."
@@ -509,7 +546,10 @@ def markdown(report: dict) -> str:
             lines.append(f"| `{n}` | " + " | ".join(split_cell(lv.get(str(c)), c) or "-" for c in levels) + " |")
     lines += ["", "## Targets of issue 13", "", "| target | measured (ratio of medians) | verdict |", "|---|---|---|"]
     for t in report.get("targets") or targets(report):
-        got = ", ".join(f"c{c} {r:.2f}x" if r is not None else f"c{c} -" for c, r in t["ratios"].items())
+        pairs = t.get("paired") or {}
+        got = ", ".join((f"c{c} {r:.2f}x" if r is not None else f"c{c} -")
+                        + (" (rounds paired: {:.2f} [{:.2f}-{:.2f}])".format(*pairs[c]) if c in pairs else "")
+                        for c, r in t["ratios"].items())
         lines.append(f"| {t['target']} (`{t['condition']}` / `{t['reference']}` {t['op']} {t['bound']}x) | {got} | "
                      f"**{t['verdict']}** |")
     errors = [(n, c.get("error")) for n, c in report["conditions"].items() if c.get("error")]
@@ -613,6 +653,8 @@ def main(argv=None) -> int:
     ap.add_argument("--clients", default="1,4,8,16", help="concurrency levels")
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds per level")
     ap.add_argument("--requests", type=int, default=2, help="requests per client per round")
+    ap.add_argument("--min-round-requests", type=int, default=8,
+                    help="at low concurrency, more requests per client, so that every round holds at least this many")
     ap.add_argument("--tokens", type=int, default=256, help="max_tokens of each request (ignore_eos)")
     ap.add_argument("--ngl", type=int, default=0, help="GPU layers for both servers (-1 = all)")
     ap.add_argument("--threads", type=int, default=8, help="threads for both servers")
@@ -665,7 +707,8 @@ def main(argv=None) -> int:
         "vendor_stamp": read_text(REPO / "vendor" / ".stamp"),
         "patches": sorted(p.name for p in (REPO / "patches").glob("*.patch")),
         "llama_server": llama_server or None, "target": target, "drafters": drafters,
-        "params": {"clients": a.clients, "rounds": a.rounds, "requests": a.requests, "tokens": a.tokens,
+        "params": {"clients": a.clients, "rounds": a.rounds, "requests": a.requests,
+                   "requests_per_client": {str(c): requests_at(a, c) for c in a.clients}, "tokens": a.tokens,
                    "ctx": a.ctx, "threads": a.threads, "ngl": a.ngl, "native_draft_max": a.native_draft_max,
                    "prompts": "heldout_eval.npz code_tokens", "cache_prompt": a.cache_prompt,
                    "interleave": a.interleave,

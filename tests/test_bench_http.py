@@ -70,3 +70,28 @@ def test_the_baseline_is_the_faster_native_plain_server_at_each_level():
     assert (c1["ratios"], c1["verdict"]) == ({"1": 2.0}, "not met")  # 1400 / 700 < 2.5
     assert (c8["ratios"], c8["verdict"]) == ({"8": 1.95}, "not met")  # against native-bs alone it would be 3.9x
     assert verdicts["useless drafter, adaptive, every concurrency"]["verdict"] == "not measured"
+
+
+def rounds_of(*tok_s: float) -> dict:
+    return {"rounds": [{"tok_per_s": t} for t in tok_s],
+            "tok_per_s": {"median": sorted(tok_s)[len(tok_s) // 2], "min": min(tok_s), "max": max(tok_s)}}
+
+
+def test_low_concurrency_rounds_hold_enough_requests_and_interleaved_rounds_pair_up():
+    """At 1 client a round of 2 requests was too short to see a 3 % difference: rounds hold at least
+    --min-round-requests. Interleaved, round r of the useless drafter is compared with round r of plain too (the
+    drift of the machine over a level cancels in each pair)."""
+    a = argparse.Namespace(requests=2, min_round_requests=8)
+    assert [bench_http.requests_at(a, c) for c in (1, 4, 8, 16)] == [8, 2, 2, 2]
+    report = {
+        "params": {"clients": [1], "interleave": True},
+        "conditions": {  # a drift over the level: both servers fast, then slow, then fast
+            "py-plain": {"levels": {"1": rounds_of(1000.0, 500.0, 1000.0)}},
+            "py-random": {"levels": {"1": rounds_of(900.0, 480.0, 940.0)}},
+        },
+    }
+    useless = {t["target"]: t for t in bench_http.targets(report)}["useless drafter, adaptive, every concurrency"]
+    assert useless["ratios"] == {"1": 0.9} and useless["verdict"] == "not met"  # the verdict stays the medians'
+    assert useless["paired"] == {"1": [0.94, 0.9, 0.96]}
+    report["params"]["interleave"] = False  # minutes apart: rounds do not pair
+    assert "paired" not in bench_http.targets(report)[-1]
