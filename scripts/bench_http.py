@@ -16,8 +16,9 @@ Both servers get the same model files, slots (``-np`` = the largest client count
 ``-c`` is the total, split over the slots, so it gets ``ctx * np``), threads and GPU layers. Each condition starts
 its own server, waits for ``/health``, and for each concurrency level C runs one untimed warm-up round, then
 ``--rounds`` timed rounds in which C clients each send ``--requests`` streamed ``/v1/completions`` one after
-another (more at low concurrency, so that a round holds at least ``--min-round-requests``) (temperature 0, ``ignore_eos``, ``max_tokens`` = ``--tokens``, ``cache_prompt`` false unless
-``--cache-prompt``: both servers read that llama-server extension). Every server sees the same prompts in the
+another (more at low concurrency, so that a round holds at least ``--min-round-requests``; temperature 0,
+``ignore_eos``, ``max_tokens`` = ``--tokens``, ``cache_prompt`` false unless ``--cache-prompt``: both servers read
+that llama-server extension). Every server sees the same prompts in the
 same order: held-out code prompts (the first ``prompt_len`` token ids of each ``code_tokens`` row of
 pydflash/train/heldout_eval.npz, as scripts/eval_drafter.py uses them; they start with BOS, and token-id prompts
 get no second BOS from either server).
