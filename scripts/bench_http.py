@@ -383,11 +383,15 @@ def log_tail(path: pathlib.Path, n: int = 1500) -> str:
 
 
 # --- report -------------------------------------------------------------------------------------------------------
+def level_of(report: dict, cond: str, clients: int) -> dict:
+    """A condition's record at one concurrency level ({} where it has none)."""
+    return report["conditions"].get(cond, {}).get("levels", {}).get(str(clients), {})
+
+
 def median_of(report: dict, cond: str, clients: int) -> float | None:
     if cond == BASELINE:
         return max((m for m in (median_of(report, n, clients) for n in NATIVE_PLAINS) if m is not None), default=None)
-    lvl = report["conditions"].get(cond, {}).get("levels", {}).get(str(clients), {})
-    return (lvl.get("tok_per_s") or {}).get("median")
+    return (level_of(report, cond, clients).get("tok_per_s") or {}).get("median")
 
 
 def ratio(report: dict, cond: str, clients: int, ref: str = BASELINE) -> float | None:
@@ -402,8 +406,7 @@ def paired(report: dict, cond: str, clients: int, ref: str) -> list[float] | Non
     two servers, possibly run in another chunk) and where the rounds do not pair up."""
     if ref == BASELINE or not report["params"].get("interleave"):
         return None
-    lv = [report["conditions"].get(c, {}).get("levels", {}).get(str(clients), {}) for c in (cond, ref)]
-    rounds = [lvl.get("rounds") or [] for lvl in lv]
+    rounds = [level_of(report, c, clients).get("rounds") or [] for c in (cond, ref)]
     if not rounds[0] or len(rounds[0]) != len(rounds[1]):
         return None
     return [x["tok_per_s"] / y["tok_per_s"] for x, y in zip(*rounds) if y["tok_per_s"]]
@@ -434,8 +437,8 @@ def targets(report: dict) -> list[dict]:
 
 
 def cell(report: dict, cond: str, clients: int) -> str:
-    lvl = report["conditions"][cond].get("levels", {}).get(str(clients))
-    if lvl is None:
+    lvl = level_of(report, cond, clients)
+    if not lvl:
         return "-"
     if "error" in lvl:
         return "error"

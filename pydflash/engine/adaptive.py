@@ -258,10 +258,7 @@ class DraftPolicy:
     def _why_pause(self, n: int, curves: list[list[float]], ks: list[int], plain: float) -> str:
         """One line on a pause decision: plain decoding's rate against that of each slot's best drafting K, with
         the costs and expected acceptance behind it."""
-        c = self.costs
-        blocks = sum(k + 1 for k in ks if k)
-        v, d = c.verify(n, n + sum(ks), features=True), c.draft(blocks) if blocks else 0.0
-        accepted = sum(e[k] for e, k in zip(curves, ks))
+        v, d, accepted = self._drafting_step(n, curves, ks)
         return (f"drafting pauses {self.backoff} steps at {n} slot{'s' if n != 1 else ''}: plain {plain:.0f} tok/s "
                 f"(V {1e3 * n / plain:.3f} ms) against {(n + accepted) / (v + d):.0f} tok/s drafting K={ks} "
                 f"(V {1e3 * v:.3f} ms + D {1e3 * d:.3f} ms for {accepted:.2f} accepted drafts); first-draft rate "
@@ -272,11 +269,16 @@ class DraftPolicy:
         c = self.costs
         return c.verify_chord(n, n, n + sum(ks)), c.draft_chord(2, sum(k + 1 for k in ks if k))
 
-    def _rate(self, n: int, curves: list[list[float]], ks: list[int]) -> float:
+    def _drafting_step(self, n: int, curves: list[list[float]], ks: list[int]) -> tuple[float, float, float]:
+        """A step drafting ks: its verify and drafter seconds (features on) and its expected accepted drafts."""
         c = self.costs
         blocks = sum(k + 1 for k in ks if k)
-        seconds = c.verify(n, n + sum(ks), features=True) + (c.draft(blocks) if blocks else 0.0)
-        return (n + sum(e[k] for e, k in zip(curves, ks))) / seconds
+        return (c.verify(n, n + sum(ks), features=True), c.draft(blocks) if blocks else 0.0,
+                sum(e[k] for e, k in zip(curves, ks)))
+
+    def _rate(self, n: int, curves: list[list[float]], ks: list[int]) -> float:
+        v, d, accepted = self._drafting_step(n, curves, ks)
+        return (n + accepted) / (v + d)
 
 
 def _best_ks(curves: list[list[float]], maxes: list[int], lam: float, cv: float, cd: float,
