@@ -353,12 +353,15 @@ def test_paused_slots_skip_features_and_restart_the_drafter(tiny, monkeypatch):
     assert later.stats.n_draft_steps <= 1 + 400 // 256
 
 
-def test_a_probe_teaches_the_drafter_curve_its_block_not_its_catch_up(tiny):
+def test_a_probe_teaches_the_drafter_curve_its_block_not_its_catch_up(tiny, monkeypatch):
     """A drafting step injects the feature rows its slots committed since they last drafted: at most a block each
     while they keep drafting, the whole lead-in (or prompt) after a pause. That catch-up is a one-off; counted in
     the drafter's cost curve it made every probe on the H200 look expensive, the next pause longer, and drafting
     never resumed. Here an injection costs 50 ms more (simulated inside the drafter's native time): the probe's
-    observed drafter cost leaves it out, the steady drafting steps after it include it."""
+    observed drafter cost leaves it out, the steady drafting steps after it include it. Steady steps are made to
+    inject on their own (PYDFLASH_SEPARATE_INJECTION): fused into the block forward (patches/0006), their
+    injection is inside the block's time by construction."""
+    monkeypatch.setenv("PYDFLASH_SEPARATE_INJECTION", "1")
     p = tiny("llama")
     cfg = EngineConfig(n_ctx_slot=512, adaptive=True)
     with api.load(p.target, p.drafter, config=cfg, cache=CacheConfig(reuse=False, ram_mib=0)) as llm:
