@@ -398,3 +398,23 @@ def test_a_gpu_measures_the_whole_block_in_calibration_whatever_the_drafts():
             pass
         assert policy.costs.draft.has(16) == drop_first, machine
         assert policy.calibrated == 2 or not drop_first
+
+
+def test_a_long_pause_teaches_costs_from_one_featureless_step_in_eight():
+    """A pause's featureless plain steps all cost alike: one in PAUSED_SAMPLE_EVERY teaches the cost curves (each
+    observation is ~20 us of Python, ~2 % of an H200 step). Its lead-in steps (features on, the probe's context) and
+    every step outside a pause still do."""
+    pol = adaptive.DraftPolicy()
+    pol.calibrated = 2
+    pol.pause, pol._lead = 100, adaptive.FEATURE_LEAD
+    slots = [(adaptive.SlotPolicy(), 15)]
+    sampled = {False: 0, True: 0}  # features off / on
+    for _ in range(99):
+        plan = pol.plan(slots)
+        sampled[plan.features] += pol.samples_costs()
+    assert pol.pause == 1
+    featureless = 99 - adaptive.FEATURE_LEAD
+    assert sampled[False] == featureless // adaptive.PAUSED_SAMPLE_EVERY
+    assert sampled[True] == adaptive.FEATURE_LEAD
+    pol.pause = 0
+    assert pol.samples_costs()

@@ -71,6 +71,10 @@ FEATURE_LEAD = 32
 # drafter at 16 feature steps + 1 probe in 512 steps instead of 32 in 256 (issue 13: >= 0.97x of plain at any load).
 LONG_PAUSE = 256
 SHORT_LEAD = 16
+# A pause's plain steps without features teach the plain cost only one in this many: they all cost alike, and
+# observing one costs ~20 us of Python, ~2 % of an H200 step of the 270M target (a useless drafter's whole budget
+# against plain decoding is 3 %)
+PAUSED_SAMPLE_EVERY = 8
 
 
 @dataclass
@@ -134,6 +138,7 @@ class DraftPolicy:
     _drafting_steps: int = 0  # steps decided outside pauses
     _lead: int = FEATURE_LEAD  # feature steps before the current pause's probe
     _probe_hits: int | None = None  # drafts accepted in the last pause's probe step (None: no probe pending)
+    _paused_steps: int = 0  # featureless pause steps seen (samples_costs)
 
     def plan(self, slots: list[tuple[SlotPolicy, int]]) -> Plan:
         """K for each (slot policy, draft_max) of the running slots, chosen together."""
@@ -142,10 +147,10 @@ class DraftPolicy:
         zeros = [0] * n
         if not any(maxes):
             return Plan(zeros, False)
-        c = self.costs
-        if self.pause > 1:
+        if self.pause > 1:  # most steps of a paused engine: nothing else to decide
             self.pause -= 1
             return Plan(zeros, self.pause <= self._lead)
+        c = self.costs
         calibration = self._calibration(slots, maxes)
         if calibration is not None:
             return calibration
@@ -187,6 +192,14 @@ class DraftPolicy:
                     pol.left_out, pol.patience = 0, min(2 * pol.patience, MAX_BACKOFF)
         self._last, self._age = (key, ks), 1
         return Plan(list(ks), True)
+
+    def samples_costs(self) -> bool:
+        """Whether the step just planned should teach the cost curves: every step but a pause's featureless plain
+        ones, of which one in PAUSED_SAMPLE_EVERY."""
+        if self.pause <= self._lead:  # deciding, drafting, or a lead-in step (features on)
+            return True
+        self._paused_steps += 1
+        return self._paused_steps % PAUSED_SAMPLE_EVERY == 0
 
     def _calibration(self, slots: list[tuple[SlotPolicy, int]], maxes: list[int]) -> Plan | None:
         """The first decode steps measure a plain step (with features) and every slot drafting 2 (past each one's

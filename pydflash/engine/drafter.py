@@ -32,11 +32,16 @@ MAX_PENDING_ROWS = 256
 
 @dataclass(frozen=True)
 class ProposeCost:
-    """Wall seconds of the last ``propose``: the feature injection (``rows`` of them) and the block forward."""
+    """Wall seconds of the last ``propose``: the feature injection (``rows`` of them) and the block forward. ``fused``
+    of the rows rode in the block forward (patches/0006): their time is in ``block_s``."""
 
     inject_s: float = 0.0
     rows: int = 0
     block_s: float = 0.0
+    fused: int = 0
+
+
+NO_COST = ProposeCost()
 
 
 class Drafter:
@@ -76,6 +81,9 @@ class Drafter:
         them (no drafter work while adaptive drafting has it paused) until MAX_PENDING_ROWS.
         """
         drafting = [(s, k) for s, k in plan if k > 0]
+        if not drafting and all(s.n_pending < MAX_PENDING_ROWS for s, _ in plan):  # a paused engine's every step
+            self.last_cost = NO_COST
+            return {}
         fuse = self._can_fuse(drafting)
         t0 = time.perf_counter()
         rows = self.inject([s for s, k in plan if (k > 0 and not fuse) or s.n_pending >= MAX_PENDING_ROWS])
@@ -100,7 +108,7 @@ class Drafter:
         self._blocks = {slot.seq: start for slot, start, _ in where}
         self._epoch = self.ctx.n_decodes
         # a fused forward's injected rows count as injected (a steady step: costs.py teaches D the whole forward)
-        self.last_cost = ProposeCost(t1 - t0, rows + fused_rows, time.perf_counter() - t1)
+        self.last_cost = ProposeCost(t1 - t0, rows + fused_rows, time.perf_counter() - t1, fused_rows)
         return drafts
 
     def _fill_blocks(self, drafting: list[tuple[Slot, int]]):

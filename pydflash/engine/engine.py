@@ -376,7 +376,8 @@ class Engine:
         split = (t_draft, t_verify, t_commit, max(0.0, total - t_draft - t_verify - t_commit))
         for slot in prefilling:
             slot.stats.t_prefill += total
-        if self.config.adaptive and self.drafter is not None and plan and not prefilling:
+        if self.config.adaptive and self.drafter is not None and plan and not prefilling \
+                and self.drafting.samples_costs():
             self._observe_costs(plan, total)
         for st in [s.stats for s, _ in plan] + [self.stats]:
             st.t_draft += split[0]

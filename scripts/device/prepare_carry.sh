@@ -8,6 +8,7 @@
 #       pydantic(-core), uvicorn, sse-starlette, annotated-types, typing-inspection, typing_extensions)
 #       + the commit at packing time (the tree itself travels with every call: name the commit again when you run)
 #   g2..gN: the Gemma-3-270M GGUF in parts
+#   corpus: issue 14's prompt corpus for `remote.sh gen` (the pinned build: see the end)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SITE=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
@@ -54,3 +55,13 @@ for g in .device-bench/g*; do
     fi
 done
 du -sh .device-bench/* .device-bench/g1/*
+# The gen prompts: issue 14's corpus, whose line ranges earlier runs already used (docs/drafter.md). It samples code
+# from vendor/llama.cpp too, so a new patch changes it: the pinned corpus (sha256 4a6809dd..., the 2026-12-01 runs) was
+# built with patches up to 0005, and is rebuilt here with the later ones reverted while it reads the source.
+LATER=$(ls -r patches/*.patch | awk -F/ '$2 > "0006"' ; ls patches/0006-*.patch)
+for p in $LATER; do patch -R -d vendor/llama.cpp -p1 --quiet < "$p"; done
+.venv/bin/python -m pydflash.train.corpus --n 60000 --seed 0 --out .device-bench/corpus/prompts.jsonl.gz || rc=$?
+for p in $(echo "$LATER" | sort); do patch -d vendor/llama.cpp -p1 --quiet < "$p"; done
+[ "${rc:-0}" = 0 ]
+sha256sum .device-bench/corpus/prompts.jsonl.gz | grep -q '^4a6809ddc5bedcc5' \
+    || { echo "prepare_carry: the corpus is not the pinned one (sha256 4a6809dd...)" >&2; exit 1; }

@@ -27,8 +27,7 @@
 #   remote.sh sampling  scripts/bench_sampling.py (issue 15): rejection against sample-and-match at T 0.7 / 1.0,
 #                     without and with top-p 0.9
 #   remote.sh gen [SECONDS] [SKIP] [SLOTS] [SPAN] [NPROC]  issue 14: the target's greedy responses to the carried
-#                     corpus (.device-bench/corpus/prompts.jsonl.gz: `python -m pydflash.train.corpus --n 60000 --seed 0
-#                     --out .device-bench/corpus/prompts.jsonl.gz` after prepare_carry.sh) through pydflash on the
+#                     corpus (.device-bench/corpus/prompts.jsonl.gz, which prepare_carry.sh builds) through pydflash on the
 #                     GPU, NPROC processes on SPAN lines each from SKIP; shards stay in $W/data for `train` and come
 #                     back as data.tar.NN; GEN_TAG=x writes $W/data/xp$i, so a second gen call keeps the first's shards;
 #                     GEN_RANGES="A:B,C:D" runs one process per range of lines instead of SKIP / SPAN / NPROC
