@@ -23,7 +23,6 @@ class Pair:
     block_size: int = 0
     mask_token: int = -1
     feature_layers: tuple[int, ...] = ()
-    fused_drafts: bool = False  # feature injection and noise block in one drafter forward (pairing.PairInfo.fused)
     # embedding scale and logit softcap the drafter applies (inherited from the target where the file lacks them)
     transforms: Optional[inherit.Transforms] = None
 
@@ -67,4 +66,4 @@ def load_pair(
         tgt.close()
         raise
     return Pair(tgt, dft, block_size=info.block_size, mask_token=info.mask_token, feature_layers=info.target_layers,
-                fused_drafts=info.fused, transforms=transforms)
+                transforms=transforms)

@@ -95,12 +95,10 @@ def main(argv=None) -> int:
         eng = llm.engine
 
         def observe(plan, _total):  # replaces Engine._observe_costs: the H200's seconds for this step's shape
-            rows, fused = eng.drafter.last_cost.rows, eng.drafter.last_cost.fused
+            rows = eng.drafter.last_cost.rows
             drafting = [k for _, k in plan if k]
             t_v = gpu.verify(len(plan), sum(1 + k for _, k in plan), eng.target_ctx.features_on)
-            # rows fused into the block forward (patches/0006) add their per-row cost to it, no call of their own
-            t_block = gpu.draft(sum(1 + k for k in drafting)) + 1e-6 * a.inject_row_us * fused
-            t_inj = gpu.inject(rows - fused)
+            t_block, t_inj = gpu.draft(sum(1 + k for k in drafting)), gpu.inject(rows)
             # the old rule: the injection counted as part of the block forward, catch-up or not
             cost = ProposeCost(0.0, rows, t_block + t_inj) if a.catch_up_in_d else ProposeCost(t_inj, rows, t_block)
             eng._teach_costs(plan, t_v, cost)

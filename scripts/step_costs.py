@@ -5,9 +5,6 @@ Answers "where does a step's time go" without the engine around it:
   - a verify forward of `span` tokens per sequence for 1 and 8 sequences, every position an output with a
     greedy backend sampler (what the engine does), against the same forward with only the last position an output;
   - the drafter's noise-block forward for 1 and 8 sequences;
-  - a steady drafting step's drafter work (inject the rows the last step committed, then the block): as one fused
-    forward (patches/0006) and as two (PYDFLASH_SEPARATE_INJECTION's path), the committed count varying from step
-    to step as it does in a real run;
   - re-decoding a span of the prompt with features (what a paused slot's repair costs).
 
 Every figure is the median over --reps of one decode including its synchronisation, in milliseconds.
@@ -68,7 +65,6 @@ def main(argv=None):
         n_ctx=n_seq * 1024, n_batch=512, n_ubatch=512, n_seq_max=n_seq, n_outputs_max=n_seq * block,
         n_outputs_max_per_seq=block, n_threads=args.threads), ctx_other=tctx, causal=False)
     b = TokenBatch(512)
-    fb = TokenBatch(512, len(layers) * pair.target.n_embd)
     prompt = pair.target.tokenize(PROMPT)
     n0 = len(prompt)
     filler = (prompt * 8)[1:]
@@ -107,35 +103,6 @@ def main(argv=None):
                 dctx.seq_rm(s, n0)
         return run
 
-    feats = tctx.features(n0).copy()  # the last prefill's rows (any real feature rows will do)
-    committed = iter([8, 4, 12, 6, 10, 2, 16, 7] * 1000)  # rows committed by the step before (1 .. 16)
-
-    def steady_draft(n_seqs, k, fused):
-        def run():
-            m = next(committed)
-            if fused:
-                fb.clear()
-                for s in range(n_seqs):
-                    i = fb.add([pair.mask_token] * m, n0, s, False)
-                    fb.embd[i : i + m] = feats[:m]
-                    fb.add([prompt[-1]] + [pair.mask_token] * k, n0 + m, s, True)
-                    fb.embd[i + m : i + m + k + 1] = 0.0
-                dctx.decode(fb)
-                dctx.picks([j for j in range(fb.n) if fb.logits[j]])
-            else:
-                # one injection for all sequences' rows, as Drafter.inject makes it
-                dctx.inject(np.concatenate([feats[:m]] * n_seqs),
-                            np.tile(np.arange(n0, n0 + m, dtype=np.int32), n_seqs),
-                            np.repeat(np.arange(n_seqs, dtype=np.int32), m))
-                b.clear()
-                for s in range(n_seqs):
-                    b.add([prompt[-1]] + [pair.mask_token] * k, n0 + m, s, True)
-                dctx.decode(b)
-                dctx.picks(range(b.n))
-            for s in range(n_seqs):
-                dctx.seq_rm(s, n0)  # back to the prompt's rows: the next step commits again
-        return run
-
     for feat in (True, False):
         set_features(feat)
         res[f"plain_c1_features_{'on' if feat else 'off'}"] = timed(verify(1, 1), args.reps)
@@ -154,9 +121,6 @@ def main(argv=None):
             res[f"verify_c{c}_span{span}_last_output"] = timed(verify(c, span, all_outputs=False), args.reps)
         for k in (4, 15):
             res[f"draft_c{c}_k{k}"] = timed(draft(c, k), args.reps)
-        for fused in (False, True):
-            res[f"steady_draft_c{c}_k15_{'fused' if fused else 'separate'}"] = timed(steady_draft(c, 15, fused),
-                                                                                     args.reps)
     for n in (32, 64, 128):
         res[f"redecode_{n}_with_features"] = timed(verify(1, n, all_outputs=False), max(5, args.reps // 3))
     # issue 14's bar for a bigger drafter: its block forward stays under 30 % of the 16-token verify it feeds

@@ -32,9 +32,6 @@ class PairInfo:
     block_size: int
     mask_token: int
     target_layers: tuple[int, ...]  # layer-input indices, in fc input order
-    # whether injection and noise block can share one forward (patches/0006): DFlash-1 drafters only; DFlash-2's
-    # selector and convolutions and DSpark's heads read every row of a block
-    fused: bool = True
 
 
 def vocab_digest(meta: GGUFMeta) -> str:
@@ -70,12 +67,7 @@ def check_pair(target: Model, dmeta: GGUFMeta) -> PairInfo:
     block = int(dmeta.get("dflash.block_size", DEFAULT_BLOCK))
     if not MIN_BLOCK <= block <= MAX_BLOCK:
         raise IncompatibleDrafter(f"drafter block size {block} outside [{MIN_BLOCK}, {MAX_BLOCK}]")
-    return PairInfo(block_size=block, mask_token=int(mask), target_layers=layers, fused=_is_dflash1(dmeta))
-
-
-def _is_dflash1(dmeta: GGUFMeta) -> bool:
-    return not any(name in ("markov_w1.weight", "selector_hidden.weight", "hc_head_fn.weight")
-                   or ".attn_conv_proj." in name for name in dmeta.tensors)
+    return PairInfo(block_size=block, mask_token=int(mask), target_layers=layers)
 
 
 def _check_vocab(target: Model, dmeta: GGUFMeta) -> None:

@@ -4,17 +4,11 @@ One drafter forward covers every drafting slot's noise block ``[anchor, MASK x K
 the unified KV mask keeps sequences apart). The noise block writes its own K/V at [n_past, n_past + K]; we remove
 it right after reading the drafts, before the committed features are injected at those positions, or it would
 pollute the next draft.
-
-In steady drafting the features a slot committed since its last block ride in the same forward as its next block
-(patches/0006: rows that are not outputs inject, output rows run the block and attend to them). A separate
-injection forward is left for catch-up (a probe after a pause, the first block after a prompt), for slots that sit
-out while their rows pile up, and for DFlash-2 / DSpark drafters.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass
 
@@ -32,27 +26,22 @@ MAX_PENDING_ROWS = 256
 
 @dataclass(frozen=True)
 class ProposeCost:
-    """Wall seconds of the last ``propose``: the feature injection (``rows`` of them) and the block forward. ``fused``
-    of the rows rode in the block forward (patches/0006): their time is in ``block_s``."""
+    """Wall seconds of the last ``propose``: the feature injection (``rows`` of them) and the block forward."""
 
     inject_s: float = 0.0
     rows: int = 0
     block_s: float = 0.0
-    fused: int = 0
 
 
 NO_COST = ProposeCost()
 
 
 class Drafter:
-    def __init__(self, ctx: Context, block_size: int, mask_token: int, fused: bool = False, feature_width: int = 0):
+    def __init__(self, ctx: Context, block_size: int, mask_token: int):
         self.ctx = ctx
         self.block_size = block_size
         self.mask_token = mask_token
         self.batch = TokenBatch(ctx.params.n_ubatch)
-        # PYDFLASH_SEPARATE_INJECTION=1 keeps the two forwards (to measure what fusing saves: scripts/step_costs.py)
-        fused = fused and feature_width > 0 and not os.environ.get("PYDFLASH_SEPARATE_INJECTION")
-        self.fused_batch = TokenBatch(ctx.params.n_ubatch, feature_width) if fused else None
         self.n_invalid = 0  # draft blocks cut at an id outside the vocabulary (see _valid_prefix)
         self._blocks: dict[int, int] = {}  # seq -> batch index of its block's anchor in the last forward
         self._epoch = -1  # ctx.n_decodes of that forward
@@ -84,14 +73,21 @@ class Drafter:
         if not drafting and all(s.n_pending < MAX_PENDING_ROWS for s, _ in plan):  # a paused engine's every step
             self.last_cost = NO_COST
             return {}
-        fuse = self._can_fuse(drafting)
         t0 = time.perf_counter()
-        rows = self.inject([s for s, k in plan if (k > 0 and not fuse) or s.n_pending >= MAX_PENDING_ROWS])
+        rows = self.inject([s for s, k in plan if k > 0 or s.n_pending >= MAX_PENDING_ROWS])
         t1 = time.perf_counter()
         self.last_cost = ProposeCost(t1 - t0, rows)
         if not drafting:
             return {}
-        fused_rows, b, where = self._fill_fused(drafting) if fuse else (0, *self._fill_blocks(drafting))
+        b = self.batch
+        b.clear()
+        where = []
+        for slot, k in drafting:
+            # every block position is an output, the anchor's too: the dflash graph computes logits for all rows
+            # of the block, and with the anchor left out llama.cpp's output rows shift by one against the batch
+            # (the draft read at block position 1 would be the anchor's own prediction)
+            start = b.add([slot.anchor] + [self.mask_token] * k, slot.n_past, slot.seq, True)
+            where.append((slot, start, k))
         self.ctx.decode(b)
         drafts = {}
         for slot, start, k in where:
@@ -107,55 +103,8 @@ class Drafter:
             self.ctx.seq_rm(slot.seq, slot.n_past)  # drop the noise block's own K/V
         self._blocks = {slot.seq: start for slot, start, _ in where}
         self._epoch = self.ctx.n_decodes
-        # a fused forward's injected rows count as injected (a steady step: costs.py teaches D the whole forward)
-        self.last_cost = ProposeCost(t1 - t0, rows + fused_rows, time.perf_counter() - t1, fused_rows)
+        self.last_cost = ProposeCost(t1 - t0, rows, time.perf_counter() - t1)
         return drafts
-
-    def _fill_blocks(self, drafting: list[tuple[Slot, int]]):
-        """The token batch of the drafting slots' noise blocks; (batch, [(slot, anchor index, K)])."""
-        b = self.batch
-        b.clear()
-        where = []
-        for slot, k in drafting:
-            # every block position is an output, the anchor's too: the dflash graph computes logits for all rows
-            # of the block, and with the anchor left out llama.cpp's output rows shift by one against the batch
-            # (the draft read at block position 1 would be the anchor's own prediction)
-            start = b.add([slot.anchor] + [self.mask_token] * k, slot.n_past, slot.seq, True)
-            where.append((slot, start, k))
-        return b, where
-
-    def _can_fuse(self, drafting: list[tuple[Slot, int]]) -> bool:
-        """Steady drafting: each slot's pending rows end where its block starts, at most a block of them in all
-        (more is catch-up, which teaches the policy's costs differently and may not fit one ubatch), and the lot
-        fits the drafter's ubatch (one non-causal forward)."""
-        if self.fused_batch is None or not drafting:
-            return False
-        pending = 0
-        for slot, _ in drafting:
-            if slot.n_featured != slot.n_past:
-                return False
-            pending += slot.n_pending
-        blocks = sum(k + 1 for _, k in drafting)
-        return pending <= self.block_size * len(drafting) and pending + blocks <= self.fused_batch.capacity
-
-    def _fill_fused(self, drafting: list[tuple[Slot, int]]):
-        """One batch of every drafting slot's pending feature rows (not outputs) and noise block (outputs):
-        (rows injected, batch, [(slot, anchor index, K)])."""
-        b = self.fused_batch
-        b.clear()
-        where, injected = [], 0
-        for slot, k in drafting:
-            for part in slot.take_pending():
-                n = len(part.positions)
-                # a context row's token is never read (its attention input is its features); any valid id will do
-                start = b.add([self.mask_token] * n, int(part.positions[0]), slot.seq, False)
-                b.embd[start : start + n] = part.rows
-                slot.drafter_len += n
-                injected += n
-            start = b.add([slot.anchor] + [self.mask_token] * k, slot.n_past, slot.seq, True)
-            b.embd[start : start + k + 1] = 0.0  # unread (output rows run the block): kept finite all the same
-            where.append((slot, start, k))
-        return injected, b, where
 
     def q(self, seq: int, i: int):
         """q_i: the distribution draft i (0-based) of this sequence's last block was sampled from, after its

@@ -79,8 +79,7 @@ class Engine:
                 ctx_other=self.target_ctx,
                 causal=False,
             )
-            self.drafter = Drafter(dctx, self.block_size, pair.mask_token, fused=pair.fused_drafts,
-                                   feature_width=len(pair.feature_layers) * pair.target.n_embd)
+            self.drafter = Drafter(dctx, self.block_size, pair.mask_token)
         self.closed = False
         self.slots: list[Optional[Slot]] = [None] * config.n_slots
         self._admissions = itertools.count()  # admission order: the oldest prefilling slot gets the batch first

@@ -46,19 +46,11 @@ class SampledRow(NamedTuple):
 
 
 class TokenBatch:
-    """A reusable ``llama_batch`` of up to ``capacity`` tokens, filled through numpy views (no per-field ctypes).
+    """A reusable ``llama_batch`` of up to ``capacity`` tokens, filled through numpy views (no per-field ctypes)."""
 
-    With ``embd_width``, every row also carries that many floats (``embd``): a DFlash drafter reads such a batch as
-    one fused forward, target features injected at the rows that are not outputs (patches/0006)."""
-
-    def __init__(self, capacity: int, embd_width: int = 0):
+    def __init__(self, capacity: int):
         self.capacity = capacity
         self._b = C.llama_batch_init(capacity, 0, 1)
-        self.embd = None
-        if embd_width:
-            # ours, not llama_batch_init's (it allocates either token or embd): close() unhooks it before the free
-            self.embd = np.zeros((capacity, embd_width), dtype=np.float32)
-            self._b.embd = self.embd.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
         self.token = np.ctypeslib.as_array(self._b.token, shape=(capacity,))
         self.pos = np.ctypeslib.as_array(self._b.pos, shape=(capacity,))
         self.n_seq = np.ctypeslib.as_array(self._b.n_seq_id, shape=(capacity,))
@@ -94,7 +86,6 @@ class TokenBatch:
 
     def close(self) -> None:
         if getattr(self, "_b", None) is not None:
-            self._b.embd = None  # numpy's memory: llama_batch_free must not free it
             C.llama_batch_free(self._b)
             self._b = None
 

@@ -57,8 +57,8 @@ done
 du -sh .device-bench/* .device-bench/g1/*
 # The gen prompts: issue 14's corpus, whose line ranges earlier runs already used (docs/drafter.md). It samples code
 # from vendor/llama.cpp too, so a new patch changes it: the pinned corpus (sha256 4a6809dd..., the 2026-12-01 runs) was
-# built with patches up to 0005, and is rebuilt here with the later ones reverted while it reads the source.
-LATER=$(ls -r patches/*.patch | awk -F/ '$2 > "0006"' ; ls patches/0006-*.patch)
+# built with patches up to 0005, and is rebuilt here with any later ones reverted while it reads the source.
+LATER=$(ls -r patches/*.patch | awk -F/ '$2 >= "0006"')
 for p in $LATER; do patch -R -d vendor/llama.cpp -p1 --quiet < "$p"; done
 .venv/bin/python -m pydflash.train.corpus --n 60000 --seed 0 --out .device-bench/corpus/prompts.jsonl.gz || rc=$?
 for p in $(echo "$LATER" | sort); do patch -d vendor/llama.cpp -p1 --quiet < "$p"; done
