@@ -203,7 +203,7 @@ class DraftPolicy:
 
     def _calibration(self, slots: list[tuple[SlotPolicy, int]], maxes: list[int]) -> Plan | None:
         """The first decode steps measure a plain step (with features) and every slot drafting 2 (past each one's
-        warm-up step on a GPU). One slot's whole block is measured too: at once on a GPU; on a CPU only once some
+        warm-up steps on a GPU). One slot's whole block is measured too: at once on a GPU; on a CPU only once some
         slot's drafts look good enough for a long block to matter (2 drafts expected to yield >= 1 accepted), since
         there that step costs ~10 plain steps, which a useless drafter should never pay."""
         c, n = self.costs, len(maxes)

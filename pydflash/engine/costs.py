@@ -13,11 +13,17 @@ slot drafts, one drafter forward over the draft blocks (each drafting slot's anc
 Neither is linear: on an H200 a verify row is 0.14 ms from 8 to 16 tokens and 0.03 ms from 40 to 128 (the
 vocabulary-sized output rows get cheaper per row as the batch grows); on a CPU both grow about linearly. So each
 is a curve: per bucket of x, a robust mean of the seconds seen there, interpolated linearly between buckets. Steps
-that also carry a prompt chunk are not observed (their cost is not the decode cost of their x), and the first step in
-each bucket is dropped: it can include llama.cpp's graph allocation for a new batch shape (measured on an H200: 100x
-a normal step). A busy machine stalls steps now and then (another process, the GIL): the first ROBUST_FIRST samples
-of a bucket keep their minimum, and later ones move the EMA by at most 2x the current value, so one stall cannot
-make a shape look expensive for good (the policy may never visit it again to correct it).
+that also carry a prompt chunk are not observed (their cost is not the decode cost of their x), and on a GPU the first
+WARMUP steps in each bucket are dropped: the first can include llama.cpp's graph allocation for a new batch shape
+(measured on an H200: 100x a normal step), the second ggml-cuda's CUDA-graph capture (it captures a graph on the
+second call of a shape). A busy machine stalls steps now and then (another process, the GIL): the first ROBUST_FIRST
+samples of a bucket keep their minimum, and later ones move the EMA by at most 2x the current value, so one stall
+cannot make a shape look expensive for good.
+
+A cost never falls with more tokens, so a bucket's value also caps every bucket below it. Without that, one slow
+sample at a shape the policy never visits again (calibration's 2 drafts, taken while the GPU warmed up) stayed the
+floor of every longer shape for good: on the H200 through HTTP, a 4-draft probe's verify was costed at 6.5 ms, five
+times what it took, probe after probe, and the shipped drafter never drafted again after its first pause.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 EMA = 0.2
+WARMUP = 2  # samples dropped per bucket where the backend warms up (drop_first: GPU backends)
 ROBUST_FIRST = 3
 EXACT_UP_TO = 16  # buckets: every x up to here, then geometric
 GROWTH = 1.125
@@ -43,22 +50,24 @@ def bucket(x: int) -> int:
 class Curve:
     """seconds(x): per bucket, the mean x and a robust mean of the seconds observed there (see the module)."""
 
-    drop_first: bool = True  # the first step of each shape may be a graph allocation (GPU backends)
+    drop_first: bool = True  # the first WARMUP steps of each shape may be warm-up (GPU backends)
     points: dict[int, list[float]] = field(default_factory=dict)  # bucket -> [mean x, seconds, samples]
-    seen: set[int] = field(default_factory=set)
+    seen: dict[int, int] = field(default_factory=dict)  # bucket -> warm-up samples dropped
+    # a bucket's value caps the buckets below it (the module); off for a curve that mixes slot counts at one x
+    # (StepCosts.verify_any: 16 tokens as 16 one-token spans cost more than as one span of 16)
+    cap_below: bool = True
     # the points in x order, rebuilt at the first query after an observation: a paused engine observes every step
     # and queries only when it decides (rebuilding on each observation cost ~4 us of a ~1.2 ms H200 step per curve)
     _sorted: tuple[list[float], list[float]] | None = field(default=None)
 
     def observe(self, x: int, seconds: float) -> None:
         b = bucket(x)
-        if b not in self.seen:  # a warm-up step for this shape
-            self.seen.add(b)
-            if self.drop_first:
-                return
+        if self.drop_first and self.seen.get(b, 0) < WARMUP:  # a warm-up step for this shape
+            self.seen[b] = self.seen.get(b, 0) + 1
+            return
         p = self.points.get(b)
         if p is None:
-            self.points[b] = [float(x), seconds, 1]
+            p = self.points[b] = [float(x), seconds, 1]
         elif p[2] < ROBUST_FIRST:
             p[0] += (x - p[0]) / (p[2] + 1)
             p[1] = min(p[1], seconds)
@@ -66,6 +75,10 @@ class Curve:
         else:
             p[0] += EMA * (x - p[0])
             p[1] += EMA * (min(seconds, 2.0 * p[1]) - p[1])
+        if self.cap_below:  # what this many tokens cost, fewer cannot cost more (the module)
+            for q in self.points.values():
+                if q[0] < p[0] and q[1] > p[1]:
+                    q[1] = p[1]
         self._sorted = None
 
     def _points(self) -> tuple[list[float], list[float]]:
@@ -81,7 +94,7 @@ class Curve:
         return bool(self.points)
 
     def has(self, x: int) -> bool:
-        """Whether x's bucket has been measured (past its warm-up step)."""
+        """Whether x's bucket has been measured (past its warm-up steps)."""
         return bucket(x) in self.points
 
     def covers(self, x: float) -> bool:
@@ -135,7 +148,7 @@ class StepCosts:
     draft: Curve = field(init=False)
 
     def __post_init__(self):
-        self.verify_any = {True: Curve(self.drop_first), False: Curve(self.drop_first)}
+        self.verify_any = {f: Curve(self.drop_first, cap_below=False) for f in (True, False)}
         self.draft = Curve(self.drop_first)
 
     def observe(self, n: int, n_verify: int, features: bool, t_verify: float, n_block: int, t_draft: float) -> None:
