@@ -5,7 +5,9 @@ Answers "where does a step's time go" without the engine around it:
   - a verify forward of `span` tokens per sequence for 1 and 8 sequences, every position an output with a
     greedy backend sampler (what the engine does), against the same forward with only the last position an output;
   - the drafter's noise-block forward for 1 and 8 sequences;
-  - re-decoding a span of the prompt with features (what a paused slot's repair costs).
+  - re-decoding a span of the prompt with features (what a paused slot's repair costs);
+  - a plain step on target contexts made as pydflash's plain engine makes them (no feature layers; also with outputs
+    sized for one token per sequence): what a drafter-capable target costs a step where nobody drafts.
 
 Every figure is the median over --reps of one decode including its synchronisation, in milliseconds.
 
@@ -80,16 +82,16 @@ def main(argv=None):
         for lid in layers:
             llama_set_embeddings_layer_inp(tctx.ptr, lid, on)
 
-    def verify(n_seqs, span, all_outputs=True):
+    def verify(n_seqs, span, all_outputs=True, ctx=tctx):
         def run():
             b.clear()
             for s in range(n_seqs):
                 flags = True if all_outputs else [False] * (span - 1) + [True]
                 b.add(filler[:span], n0, s, flags)
-            tctx.decode(b)
-            tctx.picks(range(b.n) if all_outputs else [b.n - 1])
+            ctx.decode(b)
+            ctx.picks(range(b.n) if all_outputs else [b.n - 1])
             for s in range(n_seqs):
-                tctx.seq_rm(s, n0)
+                ctx.seq_rm(s, n0)
         return run
 
     def draft(n_seqs, k):
@@ -123,6 +125,18 @@ def main(argv=None):
             res[f"draft_c{c}_k{k}"] = timed(draft(c, k), args.reps)
     for n in (32, 64, 128):
         res[f"redecode_{n}_with_features"] = timed(verify(1, n, all_outputs=False), max(5, args.reps // 3))
+    # issue 13: a useless drafter's paused steps ran ~4 % slower in the verify than pydflash plain's (HTTP, H200, c1)
+    for name, outputs in (("", block), ("_one_output", 1)):
+        pctx = Context(pair.target, ContextParams(
+            n_ctx=n_seq * 1024, n_batch=512, n_ubatch=512, n_seq_max=n_seq, n_outputs_max=n_seq * outputs,
+            n_outputs_max_per_seq=outputs, n_threads=args.threads))
+        for s in range(n_seq):
+            b.clear()
+            b.add(prompt, 0, s, False)
+            pctx.decode(b)
+        for c in (1, 8):
+            res[f"plain_c{c}_no_feature_layers{name}"] = timed(verify(c, 1, ctx=pctx), args.reps)
+        pctx.close()
     # issue 14's bar for a bigger drafter: its block forward stays under 30 % of the 16-token verify it feeds
     for c in (1, 8):
         res[f"draft_k15_over_verify_span16_c{c}"] = round(res[f"draft_c{c}_k15"] / res[f"verify_c{c}_span16_all_outputs"], 3)

@@ -375,8 +375,7 @@ class Engine:
         split = (t_draft, t_verify, t_commit, max(0.0, total - t_draft - t_verify - t_commit))
         for slot in prefilling:
             slot.stats.t_prefill += total
-        if self.config.adaptive and self.drafter is not None and plan and not prefilling \
-                and self.drafting.samples_costs():
+        if self.config.adaptive and self.drafter is not None and plan and not prefilling:
             self._observe_costs(plan, total)
         for st in [s.stats for s, _ in plan] + [self.stats]:
             st.t_draft += split[0]
@@ -387,6 +386,8 @@ class Engine:
     def _observe_costs(self, plan: list[tuple[Slot, int]], total: float) -> None:
         """Teach adaptive drafting this decode step's measured cost: the drafter's part (its injection and block
         forward, host work included) is D's, everything else scales with the verify tokens and is V's (costs.py)."""
+        if not self.drafting.samples_costs():  # most of a long pause's steps (adaptive.PAUSED_SAMPLE_EVERY)
+            return
         cost = self.drafter.last_cost
         self._teach_costs(plan, total - cost.inject_s - cost.block_s, cost)
 
