@@ -14,14 +14,15 @@ cd "$(dirname "$0")/../.."
 SITE=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 rm -rf .device-bench && mkdir -p .device-bench/g0 .device-bench/g1/whl
 # ggml backends the CUDA build does not enable (ggml_add_backend adds a directory only when its GGML_<NAME> is on),
-# the tests (-DLLAMA_BUILD_TESTS=OFF), the Python converters and the web UI's sources (scripts/ui-assets.cmake reads
-# them only for an npm build, and the build embeds no UI): drafter version 3 grew the tree to 57 MB, and the source
-# must still fit one call beside it
+# the tests (-DLLAMA_BUILD_TESTS=OFF), the examples (-DLLAMA_BUILD_EXAMPLES=OFF), the Python converters and the web
+# UI's sources (scripts/ui-assets.cmake reads them only for an npm build, and the build embeds no UI): the tree grows
+# with every data run, and the source must still fit one call beside it
 SKIP_BACKENDS=$(printf -- "--exclude=llama.cpp/ggml/src/ggml-%s " \
     opencl vulkan hexagon sycl metal et webgpu openvino cann virtgpu zdnn)
 tar czf .device-bench/g0/src.tgz --exclude='llama.cpp/models' --exclude='llama.cpp/docs' --exclude='llama.cpp/benches' \
     --exclude='llama.cpp/media' --exclude='*.png' --exclude='llama.cpp/tools/ui/node_modules' \
     --exclude='llama.cpp/tests' --exclude='llama.cpp/gguf-py' --exclude='llama.cpp/conversion' $SKIP_BACKENDS \
+    --exclude='llama.cpp/examples' \
     --exclude='llama.cpp/tools/ui/src' --exclude='llama.cpp/tools/ui/static' --exclude='llama.cpp/tools/ui/tests' \
     -C vendor llama.cpp
 tar czf .device-bench/g1/site.tgz -C "$SITE" llama_cpp gguf diskcache

@@ -100,7 +100,7 @@ start)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $W/site whl/*.whl
     # our patches are already applied in the carried vendor tree
     setsid nohup bash -c "cd $W/llama.cpp && cmake -S . -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-        -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_RPC=ON \
+        -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_RPC=ON \
         > $W/configure.log 2>&1 && cmake --build build -j16 --target llama llama-server > $W/build.log 2>&1; echo \$? > $W/build.rc" \
         > /dev/null 2>&1 &
     echo started build; nvidia-smi --query-gpu=name,memory.total --format=csv
