@@ -70,11 +70,12 @@ class Drafter:
         them (no drafter work while adaptive drafting has it paused) until MAX_PENDING_ROWS.
         """
         drafting = [(s, k) for s, k in plan if k > 0]
-        if not drafting and all(s.n_pending < MAX_PENDING_ROWS for s, _ in plan):  # a paused engine's every step
+        injecting = [s for s, k in plan if k > 0 or s.n_pending >= MAX_PENDING_ROWS]
+        if not injecting:  # nothing for the drafter to do: a paused engine's every step
             self.last_cost = NO_COST
             return {}
         t0 = time.perf_counter()
-        rows = self.inject([s for s, k in plan if k > 0 or s.n_pending >= MAX_PENDING_ROWS])
+        rows = self.inject(injecting)
         t1 = time.perf_counter()
         self.last_cost = ProposeCost(t1 - t0, rows)
         if not drafting:
