@@ -4,16 +4,20 @@ callback under PYDFLASH_VERBOSE) and prints markers between phases, so the test 
     python _probe_patches.py argmax MODEL    one verify-like batch of 8 outputs under a greedy backend chain
     python _probe_patches.py toggle MODEL    features on, off, on again around one-token steps; saves nothing
     python _probe_patches.py decode MODEL    one plain decode step of 8 sequences, one output each, greedy chains
+    python _probe_patches.py span12 MODEL OUT.npy  on the GPU: a 12-token span of one sequence, every row's logits saved
 """
 
 import sys
 
 import numpy as np
 
-from pydflash.native import Context, ContextParams, Model, TokenBatch
+from pydflash.native import Context, ContextParams, Model, ModelParams, TokenBatch
 
 
 def main(what: str, path: str) -> None:
+    if what == "span12":
+        span12(path, sys.argv[3])
+        return
     model = Model(path)
     tokens = [(i * 13 + 5) % (model.n_vocab - 16) + 8 for i in range(24)]
     b = TokenBatch(32)
@@ -56,6 +60,23 @@ def main(what: str, path: str) -> None:
             rows.append(ctx.features(1)[0])
     sys.stderr.write("@@ done\n")
     np.save(sys.argv[3], np.stack(rows))
+
+
+def span12(path: str, out: str) -> None:
+    """A verify-sized forward: 12 columns in every matmul, the case patches/0006 runs as MMVQ passes on Hopper."""
+    model = Model(path, ModelParams(n_gpu_layers=-1))
+    ctx = Context(model, ContextParams(n_ctx=256, n_batch=64, n_ubatch=64, n_outputs_max=12,
+                                       n_outputs_max_per_seq=12, backend_greedy=False))
+    tokens = model.tokenize("def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fib")
+    b = TokenBatch(64)
+    b.add(tokens[:-12], 0, 0, False)
+    ctx.decode(b)
+    sys.stderr.write("@@ span\n")
+    b.clear()
+    b.add(tokens[-12:], len(tokens) - 12, 0, True)
+    ctx.decode(b)
+    sys.stderr.write("@@ done\n")
+    np.save(out, np.stack([ctx.logits(i) for i in range(12)]))
 
 
 if __name__ == "__main__":

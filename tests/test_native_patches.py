@@ -1,5 +1,5 @@
-"""patches/0003 and 0005 (one argmax over all greedy rows of a batch) and patches/0004 (feature extraction toggled
-without a reserve).
+"""patches/0003 and 0005 (one argmax over all greedy rows of a batch), patches/0004 (feature extraction toggled
+without a reserve) and patches/0006 (9..16-column products as MMVQ passes on Hopper: runs only on such a GPU).
 
 Both are about cost, so the tests read what llama.cpp did from its own debug log (GGML_SCHED_DEBUG=2 lists every
 graph node; a scheduler reserve logs "reserving"), in a subprocess, and check the results stay exact.
@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from pydflash.native import Context, ContextParams, Model, TokenBatch
 
@@ -23,12 +24,12 @@ def run_probe(*args, **env_extra):
     env.update(PYDFLASH_VERBOSE="1", **env_extra)
     out = subprocess.run([sys.executable, PROBE, *map(str, args)], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    phases, cur = {}, None
+    phases, cur = {"": []}, ""  # "": what llama.cpp logged before the first marker (model load, devices)
     for line in out.stderr.splitlines():
         if line.startswith("@@ "):
             cur = line[3:]
             phases[cur] = []
-        elif cur is not None:
+        else:
             phases[cur].append(line)
     return out.stdout, phases
 
@@ -111,3 +112,24 @@ def test_feature_toggle_needs_no_reserve_and_stays_exact(tiny, tmp_path):
         ctx.decode(b)
         always.append(ctx.features(1)[0])
     assert np.array_equal(toggled, np.stack(always)[[0, 2, 4]])
+
+
+@pytest.mark.real_model
+def test_hopper_runs_a_12_token_span_as_mmvq_passes(gemma_path, tmp_path):
+    """patches/0006: on Hopper, a one-sequence span of 9..16 tokens (a verify, a DFlash block) multiplies Gemma's
+    quantized weights with MMVQ passes of up to 8 columns instead of MMQ (~2x cheaper for the 270M target on an
+    H200: docs/benchmarks.md), and GGML_CUDA_MMVQ_PASSES=0 gives upstream's MMQ back. Both paths must agree up to
+    rounding: every row's pick within the regret gate of the other path's logits. Skipped without a Hopper GPU."""
+    from oracle import MAX_REGRET
+
+    _, on = run_probe("span12", gemma_path, tmp_path / "on.npy")
+    if not any("compute capability 9.0" in ln for ln in on[""]):
+        pytest.skip("needs a Hopper GPU (CUDA compute capability 9.0)")
+    assert any("columns as MMVQ passes" in ln for ln in on["span"]), on["span"][-20:]
+    _, off = run_probe("span12", gemma_path, tmp_path / "off.npy", GGML_CUDA_MMVQ_PASSES="0")
+    assert not any("MMVQ passes" in ln for ln in off["span"])
+    passes, mmq = np.load(tmp_path / "on.npy"), np.load(tmp_path / "off.npy")
+    assert passes.shape == mmq.shape == (12, passes.shape[1])
+    for a, b in zip(passes, mmq):
+        assert b.max() - b[a.argmax()] <= MAX_REGRET and a.max() - a[b.argmax()] <= MAX_REGRET
+        assert np.abs(a - b).max() < 1.0  # rounding, not another product

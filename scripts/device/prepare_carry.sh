@@ -2,7 +2,7 @@
 # Pack what a GPU run needs into .device-bench/ (git-ignored), one folder per device call. Each call sends the
 # working tree too (tracked + untracked-not-ignored files, ~55 MB with drafter version 2) and the tool refuses
 # more than 64 MiB in all, so the model parts are sized to what the tree leaves (~11 MB: 24 part calls, ~4 s each).
-#   g0: the trimmed vendor/llama.cpp source (its own call: with the tree it would not fit g1's)
+#   g0, g0b: the trimmed vendor/llama.cpp source in two halves (a call each: with the tree it would not fit g1's)
 #   g1: pure-Python packages the device lacks (llama_cpp, gguf, diskcache)
 #       + wheels for Python 3.12 of the server's stack (fastapi and its opentelemetry-api, starlette,
 #       pydantic(-core), uvicorn, sse-starlette, annotated-types, typing-inspection, typing_extensions)
@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SITE=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-rm -rf .device-bench && mkdir -p .device-bench/g0 .device-bench/g1/whl
+rm -rf .device-bench && mkdir -p .device-bench/g0 .device-bench/g0b .device-bench/g1/whl
 # ggml backends the CUDA build does not enable (ggml_add_backend adds a directory only when its GGML_<NAME> is on),
 # the tests (-DLLAMA_BUILD_TESTS=OFF), the examples (-DLLAMA_BUILD_EXAMPLES=OFF), the Python converters and the web
 # UI's sources (scripts/ui-assets.cmake reads them only for an npm build, and the build embeds no UI): the tree grows
@@ -25,6 +25,11 @@ tar czf .device-bench/g0/src.tgz --exclude='llama.cpp/models' --exclude='llama.c
     --exclude='llama.cpp/examples' \
     --exclude='llama.cpp/tools/ui/src' --exclude='llama.cpp/tools/ui/static' --exclude='llama.cpp/tools/ui/tests' \
     -C vendor llama.cpp
+# in two halves, one call each (g0, g0b): the tree grows by ~1.5 MB with every data run and the whole source would
+# stop fitting one call beside it; `start` joins them and checks the sha
+sha256sum .device-bench/g0/src.tgz | cut -d' ' -f1 > .device-bench/g1/src.sha256
+split -n 2 -d -a 2 .device-bench/g0/src.tgz .device-bench/g0/src.tgz. && rm .device-bench/g0/src.tgz
+mv .device-bench/g0/src.tgz.01 .device-bench/g0b/
 tar czf .device-bench/g1/site.tgz -C "$SITE" llama_cpp gguf diskcache
 # the versions of the local venv, as Python 3.12 wheels (the device image has no registry; README of the tool)
 WHEELS=$(.venv/bin/python - <<'PY'

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs ON the device machine, from the repo root. Steps (one per call, the machine kept warm in between: it is
 # given back after 30 s idle, and the build and the model live only on it):
-#   remote.sh part 0  stage g0 (the trimmed llama.cpp source): its own call, since the tree (~55 MB with the drafter)
-#                     and the source (11 MB) do not fit one call's 64 MiB together
+#   remote.sh part 0, part 0b  stage g0 and g0b (the trimmed llama.cpp source's two halves): calls of their own,
+#                     since the tree (~60 MB with the drafter and the data) and the source (5.6 MB) do not fit one
+#                     call's 64 MiB together
 #   remote.sh start   unpack g1 (pure-Python packages, the server's wheels) and the staged source, start the CUDA
 #                     build detached (survives the call), check that the server's imports resolve
 #   remote.sh part N  stash model part(s) from gN (N = 2 .. the last folder prepare_carry.sh made)
@@ -39,9 +40,11 @@
 #   remote.sh trainwait [MAX_WAIT]  wait for trainbg, export the GGUF, return what `train` returns
 #   remote.sh suite2  issue 14's suite for the new drafter ($W/drafter) and the shipped one (SUITE2_WHICH=new: only
 #                     the new), and step_costs.py with the new drafter (its block against a 16-token verify)
+#   remote.sh mmvq    patches/0006 on the idle GPU: its Hopper test, and step_costs.py (shipped drafter) with the
+#                     9..16-column products as MMVQ passes and as upstream's MMQ (GGML_CUDA_MMVQ_PASSES=0)
 #   remote.sh slots   scripts/bench_slots.py (issue 13's per-slot slope): KV pool vs streams, with patches/0005
 #                     and with upstream's per-row argmax (PYDFLASH_PER_ROW_GREEDY)
-# Order: part 0, start (carrying g1 and head.tgz), part 2 .. part N, then the steps above. Every step that needs the
+# Order: part 0, part 0b, start (carrying g1 and head.tgz), part 2 .. part N, then the steps above. Every step that needs the
 # build fails at once if `start` never ran (a carry over the limit refuses the call without running it).
 # Results go to $OUT; each of costs/bench/long/eval fits one 10-minute call.
 set -euo pipefail
@@ -51,6 +54,7 @@ if [ -s .device-bench/head.tgz ]; then  # git archive HEAD pydflash scripts test
     tar xzf .device-bench/head.tgz
 fi
 W=/root/pydflash-dev
+REPO=$PWD
 mkdir -p $W
 
 use_build() {
@@ -95,13 +99,21 @@ ADAPTIVE="adaptive, random drafter;adaptive, random drafter, 32k head;trained dr
 case "$1" in
 start)
     cp -r .device-bench/g1/* $W/
-    [ -f $W/src.tgz ] || { echo "no llama.cpp source staged: run remote.sh part 0 (carrying .device-bench/g0) first"; exit 1; }
+    [ -f $W/src.tgz.00 ] && [ -f $W/src.tgz.01 ] \
+        || { echo "no llama.cpp source staged: run remote.sh part 0 and part 0b (carrying .device-bench/g0, g0b) first"; exit 1; }
+    cat $W/src.tgz.00 $W/src.tgz.01 > $W/src.tgz
+    sha256sum $W/src.tgz | cut -c1-64 | diff - $W/src.sha256 || { echo "the joined llama.cpp source is not the packed one"; exit 1; }
     cd $W && mkdir -p site && tar xzf site.tgz -C site && tar xzf src.tgz
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $W/site whl/*.whl
-    # our patches are already applied in the carried vendor tree
+    # our patches are already applied in the carried vendor tree. A CUDA-only patch is compiled first here: should one
+    # fail to build, it is reverted and the build retried, so that a session's runs still have a library (build.log
+    # says so, and the runs show it: tests/test_native_patches.py's Hopper test fails)
     setsid nohup bash -c "cd $W/llama.cpp && cmake -S . -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
         -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_RPC=ON \
-        > $W/configure.log 2>&1 && cmake --build build -j16 --target llama llama-server > $W/build.log 2>&1; echo \$? > $W/build.rc" \
+        > $W/configure.log 2>&1 && { cmake --build build -j16 --target llama llama-server > $W/build.log 2>&1 \
+        || { tail -30 $W/build.log > $W/build_failed.log; patch -R -p1 --quiet < $REPO/patches/0006-mmvq-passes-for-9-to-16-columns-on-hopper.patch \
+             && echo 'pydflash: the build failed; patches/0006 reverted, built again' >> $W/build.log \
+             && cmake --build build -j16 --target llama llama-server >> $W/build.log 2>&1; }; }; echo \$? > $W/build.rc" \
         > /dev/null 2>&1 &
     echo started build; nvidia-smi --query-gpu=name,memory.total --format=csv
     PYTHONPATH=$W/site python3 -c 'import fastapi, starlette, pydantic, uvicorn, sse_starlette, prometheus_client
@@ -193,6 +205,14 @@ suite2)
             --out $OUT/drafter_suite_gpu_$which.json 2>&1 | grep -v "^llama_\|^load\|^print_info" | tail -16
     done
     python3 scripts/step_costs.py --ngl -1 --drafter $W/drafter/drafter-q8_0.gguf --out $OUT/step_costs_new.json 2>&1 | tail -8 ;;
+mmvq)  # patches/0006 on the idle GPU: its test, then step_costs with the shipped drafter with and without it
+    use_build
+    cat $W/build_failed.log 2>/dev/null || true
+    python3 -m pytest -q -p no:cacheprovider tests/test_native_patches.py -k hopper -rs 2>&1 | tail -4
+    for mode in passes mmq; do
+        GGML_CUDA_MMVQ_PASSES=$([ $mode = passes ] && echo 1 || echo 0) python3 scripts/step_costs.py --ngl -1 \
+            --drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf --out $OUT/step_costs_$mode.json 2>&1 | tail -3
+    done ;;
 slots)
     use_build
     python3 scripts/bench_slots.py --ngl -1 --threads 8 --slots 1,8,16,64,128 --prompt 256 --out $OUT/slots_gpu.json
