@@ -396,7 +396,7 @@ def median_of(report: dict, cond: str, clients: int) -> float | None:
 
 def ratio(report: dict, cond: str, clients: int, ref: str = BASELINE) -> float | None:
     x, base = median_of(report, cond, clients), median_of(report, ref, clients)
-    return round(x / base, 2) if x is not None and base else None
+    return x / base if x is not None and base else None
 
 
 def paired(report: dict, cond: str, clients: int, ref: str) -> list[float] | None:
@@ -424,13 +424,14 @@ def targets(report: dict) -> list[dict]:
         if not measured or (clients is not None and clients not in measured):
             verdict = "not measured"
         else:
+            # unrounded: 0.967 is not >= 0.97 (rounded to two places it was, and a useless drafter's c16 passed)
             ok = all((r > bound) if op == ">" else (r >= bound) for r in measured.values())
             verdict = "met" if ok else "not met"
             if ok and len(measured) < len(at):
                 verdict = "met where measured"
         pairs = {str(c): pr for c in at if (pr := paired(report, cond, c, ref))}
         out.append({"target": what, "condition": cond, "reference": ref, "op": op, "bound": bound,
-                    "ratios": {str(c): r for c, r in got.items()}, "verdict": verdict,
+                    "ratios": {str(c): None if r is None else round(r, 3) for c, r in got.items()}, "verdict": verdict,
                     **({"paired": {c: [round(statistics.median(pr), 3), round(min(pr), 3), round(max(pr), 3)]
                                    for c, pr in pairs.items()}} if pairs else {})})
     return out

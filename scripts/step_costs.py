@@ -6,6 +6,8 @@ Answers "where does a step's time go" without the engine around it:
     greedy backend sampler (what the engine does), against the same forward with only the last position an output;
   - the drafter's noise-block forward for 1 and 8 sequences;
   - re-decoding a span of the prompt with features (what a paused slot's repair costs);
+  - shapes that change from step to step, as serving meets them: a drafting step's drafter work (inject the 1..16
+    rows the last step committed, then the block) and a 5-token verify right after a plain step;
   - a plain step on target contexts made as pydflash's plain engine makes them (no feature layers; also with outputs
     sized for one token per sequence): what a drafter-capable target costs a step where nobody drafts.
 
@@ -123,6 +125,41 @@ def main(argv=None):
             res[f"verify_c{c}_span{span}_last_output"] = timed(verify(c, span, all_outputs=False), args.reps)
         for k in (4, 15):
             res[f"draft_c{c}_k{k}"] = timed(draft(c, k), args.reps)
+    # what a serving step sees: shapes that change from step to step on one context (patches/0007 keeps a CUDA graph
+    # per shape; keyed by the first node alone, every change ran the step without one)
+    feats = tctx.features(n0).copy()  # the last prefill's rows (any real feature rows will do)
+    committed = iter([8, 4, 12, 6, 10, 2, 16, 7] * 1000)  # rows the step before committed (1 .. 16)
+
+    def steady_draft(n_seqs, k):
+        """One drafting step's drafter work: inject the rows the last step committed, then the block."""
+        def run():
+            m = next(committed)
+            dctx.inject(np.concatenate([feats[:m]] * n_seqs), np.tile(np.arange(n0, n0 + m, dtype=np.int32), n_seqs),
+                        np.repeat(np.arange(n_seqs, dtype=np.int32), m))
+            b.clear()
+            for s in range(n_seqs):
+                b.add([prompt[-1]] + [pair.mask_token] * k, n0 + m, s, True)
+            dctx.decode(b)
+            dctx.picks(range(b.n))
+            for s in range(n_seqs):
+                dctx.seq_rm(s, n0)
+        return run
+
+    def alternating_verify(n_seqs, span):
+        """A verify of `span` tokens right after a plain step, as a probe or a drafting step after a pause meets it."""
+        plain, spec = verify(n_seqs, 1), verify(n_seqs, span)
+
+        def run():
+            plain()
+            t = time.perf_counter()
+            spec()
+            return time.perf_counter() - t
+        return run
+
+    for c in (1, 8):
+        res[f"steady_draft_c{c}_k15"] = timed(steady_draft(c, 15), args.reps)
+        spans = [alternating_verify(c, 5)() for _ in range(args.reps)]
+        res[f"verify_c{c}_span5_after_plain_step"] = round(1e3 * statistics.median(spans), 3)
     for n in (32, 64, 128):
         res[f"redecode_{n}_with_features"] = timed(verify(1, n, all_outputs=False), max(5, args.reps // 3))
     # issue 13: a useless drafter's paused steps ran ~4 % slower in the verify than pydflash plain's (HTTP, H200, c1)

@@ -5,6 +5,7 @@ callback under PYDFLASH_VERBOSE) and prints markers between phases, so the test 
     python _probe_patches.py toggle MODEL    features on, off, on again around one-token steps; saves nothing
     python _probe_patches.py decode MODEL    one plain decode step of 8 sequences, one output each, greedy chains
     python _probe_patches.py span12 MODEL OUT.npy  on the GPU: a 12-token span of one sequence, every row's logits saved
+    python _probe_patches.py alternate MODEL  on the GPU: one-token and five-token steps of one sequence, alternating
 """
 
 import sys
@@ -17,6 +18,9 @@ from pydflash.native import Context, ContextParams, Model, ModelParams, TokenBat
 def main(what: str, path: str) -> None:
     if what == "span12":
         span12(path, sys.argv[3])
+        return
+    if what == "alternate":
+        alternate(path)
         return
     model = Model(path)
     tokens = [(i * 13 + 5) % (model.n_vocab - 16) + 8 for i in range(24)]
@@ -77,6 +81,36 @@ def span12(path: str, out: str) -> None:
     ctx.decode(b)
     sys.stderr.write("@@ done\n")
     np.save(out, np.stack([ctx.logits(i) for i in range(12)]))
+    # freed before the interpreter exits: the first GPU run of this probe ended in SIGSEGV (2026-12-01), and a CUDA
+    # context left to exit-time teardown is the suspect
+    ctx.close()
+    model.close()
+
+
+def alternate(path: str) -> None:
+    """Plain steps and 1 + 4-token verifies, alternating as speculative decoding does (patches/0007), each rolled back
+    so that every step of a shape sees the same KV span."""
+    model = Model(path, ModelParams(n_gpu_layers=-1))
+    ctx = Context(model, ContextParams(n_ctx=256, n_batch=64, n_ubatch=64, n_outputs_max=5, n_outputs_max_per_seq=5))
+    tokens = model.tokenize("def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fib")
+    n0 = len(tokens) - 5
+    b = TokenBatch(64)
+    b.add(tokens[:n0], 0, 0, False)
+    ctx.decode(b)
+    picks = []
+    for i in range(12):
+        if i == 4:
+            sys.stderr.write("@@ alternating\n")  # both shapes have had their two warm-up calls
+        span = tokens[n0:n0 + (1 if i % 2 == 0 else 5)]
+        b.clear()
+        b.add(span, n0, 0, True)
+        ctx.decode(b)
+        picks.append(ctx.picks(range(len(span))))
+        ctx.seq_rm(0, n0)
+    sys.stderr.write("@@ done\n")
+    print(picks)
+    ctx.close()
+    model.close()
 
 
 if __name__ == "__main__":

@@ -72,6 +72,15 @@ def test_the_baseline_is_the_faster_native_plain_server_at_each_level():
     assert verdicts["useless drafter, adaptive, every concurrency"]["verdict"] == "not measured"
 
 
+def test_a_verdict_compares_the_unrounded_ratio():
+    """3259 / 3370 = 0.967 is not >= 0.97, though it rounds to 0.97 (the 2026-12-01 H200 run's c16 passed so)."""
+    report = {"params": {"clients": [16]},
+              "conditions": {"py-plain": {"levels": {"16": level(3369.75)}},
+                             "py-random": {"levels": {"16": level(3259.45)}}}}
+    useless = {t["target"]: t for t in bench_http.targets(report)}["useless drafter, adaptive, every concurrency"]
+    assert useless["ratios"] == {"16": 0.967} and useless["verdict"] == "not met"
+
+
 def rounds_of(*tok_s: float) -> dict:
     return {"rounds": [{"tok_per_s": t} for t in tok_s],
             "tok_per_s": {"median": sorted(tok_s)[len(tok_s) // 2], "min": min(tok_s), "max": max(tok_s)}}

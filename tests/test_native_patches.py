@@ -1,5 +1,6 @@
 """patches/0003 and 0005 (one argmax over all greedy rows of a batch), patches/0004 (feature extraction toggled
-without a reserve) and patches/0006 (9..16-column products as MMVQ passes on Hopper: runs only on such a GPU).
+without a reserve) patches/0006 (9..16-column products as MMVQ passes on Hopper: runs only on such a GPU) and patches/0007 (a CUDA graph per
+graph shape: runs only on a CUDA GPU).
 
 Both are about cost, so the tests read what llama.cpp did from its own debug log (GGML_SCHED_DEBUG=2 lists every
 graph node; a scheduler reserve logs "reserving"), in a subprocess, and check the results stay exact.
@@ -133,3 +134,20 @@ def test_hopper_runs_a_12_token_span_as_mmvq_passes(gemma_path, tmp_path):
     for a, b in zip(passes, mmq):
         assert b.max() - b[a.argmax()] <= MAX_REGRET and a.max() - a[b.argmax()] <= MAX_REGRET
         assert np.abs(a - b).max() < 1.0  # rounding, not another product
+
+
+@pytest.mark.real_model
+def test_cuda_graphs_survive_alternating_step_shapes(gemma_path):
+    """patches/0007: one context alternating one-token steps and 5-token verifies keeps a captured CUDA graph for each
+    shape: each completes its warmup and no later step resets it. Upstream keys the graph by its first node, the
+    same for both shapes, so every alternation changed that one graph and its warmup never completed
+    (GGML_CUDA_GRAPH_KEY_SHAPES=0 shows it): such steps ran without a graph. Skipped without a CUDA GPU."""
+    out, phases = run_probe("alternate", gemma_path)
+    if not any("compute capability" in ln for ln in phases[""]):
+        pytest.skip("needs a CUDA GPU")
+    count = lambda ph, what: sum(what in ln for lines in ph.values() for ln in lines)  # noqa: E731
+    assert count(phases, "CUDA graph warmup complete") >= 2, phases["alternating"][-20:]
+    assert count({"": phases["alternating"]}, "CUDA graph warmup reset") == 0, phases["alternating"][-20:]
+    out_upstream, upstream = run_probe("alternate", gemma_path, GGML_CUDA_GRAPH_KEY_SHAPES="0")
+    assert count(upstream, "CUDA graph warmup complete") == 0  # the test tells the two keyings apart
+    assert out == out_upstream  # the same picks from replayed graphs as from direct launches

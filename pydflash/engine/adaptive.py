@@ -32,7 +32,9 @@ final comparison: drafting must beat R_plain by MARGIN, or nobody drafts this st
 - Calibration: the first decode steps measure a plain step (features kept) and every slot drafting 2; one slot's
   whole block is measured at once on a GPU, on a CPU once the drafts look good enough for it to matter
   (``_calibration``). Steps carrying a prompt chunk are not measured, so calibration lasts until enough pure
-  decode steps were seen.
+  decode steps were seen. On a GPU each of those shapes is measured 3 times past its warm-up steps (the least is
+  kept), and a pause's probe teaches the curves only upper bounds (``costs_are_upper_bounds``): ggml-cuda replays
+  a CUDA graph only for the shape a context ran last, so a probe among plain steps runs without one.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from .costs import StepCosts
+from .costs import ROBUST_FIRST, StepCosts
 
 log = logging.getLogger(__name__)
 
@@ -139,12 +141,14 @@ class DraftPolicy:
     _lead: int = FEATURE_LEAD  # feature steps before the current pause's probe
     _probe_hits: int | None = None  # drafts accepted in the last pause's probe step (None: no probe pending)
     _paused_steps: int = 0  # featureless pause steps seen (samples_costs)
+    _probe_step: bool = False  # the step just planned is a pause's probe (costs_are_upper_bounds)
 
     def plan(self, slots: list[tuple[SlotPolicy, int]]) -> Plan:
         """K for each (slot policy, draft_max) of the running slots, chosen together."""
         n = len(slots)
         maxes = [m for _, m in slots]
         zeros = [0] * n
+        self._probe_step = False
         if not any(maxes):
             return Plan(zeros, False)
         if self.pause > 1:  # most steps of a paused engine: nothing else to decide
@@ -169,7 +173,7 @@ class DraftPolicy:
         self._last = None
         blank_probe, self._probe_hits = self._probe_hits == 0, None
         if self.pause == 1:  # the probe: every slot drafts at its best drafting K
-            self.pause, self._probe_hits = 0, 0
+            self.pause, self._probe_hits, self._probe_step = 0, 0, True
             return Plan(probe(), True)
         if not any(ks):
             if log.isEnabledFor(logging.INFO):  # once per pause: why (what the GPU's cost curves said)
@@ -201,6 +205,11 @@ class DraftPolicy:
         self._paused_steps += 1
         return self._paused_steps % PAUSED_SAMPLE_EVERY == 0
 
+    def costs_are_upper_bounds(self) -> bool:
+        """Whether the step just planned teaches the cost curves only upper bounds (StepCosts.observe): a pause's
+        probe on a GPU, where a step of another shape than the one before runs without a CUDA graph."""
+        return self._probe_step and self.costs.drop_first
+
     def _calibration(self, slots: list[tuple[SlotPolicy, int]], maxes: list[int]) -> Plan | None:
         """The first decode steps measure a plain step (with features) and every slot drafting 2 (past each one's
         warm-up steps on a GPU). One slot's whole block is measured too: at once on a GPU; on a CPU only once some
@@ -209,18 +218,22 @@ class DraftPolicy:
         c, n = self.costs, len(maxes)
         if self.calibrated == 2:
             return None
+        # on a GPU, the minimum of ROBUST_FIRST kept samples per shape: a server's first steps past the warm-up ones
+        # still ran slow on the H200 (a 2-draft verify costed at 24 ms), and a calibrated shape that no later step
+        # visits keeps its value: the whole block's, through the running maximum, made every draft look dear
+        need = ROBUST_FIRST if c.drop_first else 1
         if self.calibrated == 0:
             # the plain step keeps features on: a step without them would leave every running slot a feature gap,
             # and the drafting steps right after would draft from an empty drafter context, the first evidence the
             # engine-wide prior gets (a good drafter then looked useless from its first step on the H200). Plain
             # steps without features are measured in the pauses.
-            if not c.verify_any[True].has(n):
+            if not c.verify_any[True].has(n, need):
                 return Plan([0] * n, True)
             small = [min(2, m) for m in maxes]
-            if not (c.verify_any[True].has(n + sum(small)) and c.draft.has(sum(k + 1 for k in small if k))):
+            if not (c.verify_any[True].has(n + sum(small), need) and c.draft.has(sum(k + 1 for k in small if k), need)):
                 return Plan(small, True)
             self.calibrated = 1
-        if max(maxes) <= 2 or c.draft.has(max(maxes) + 1):
+        if max(maxes) <= 2 or c.draft.has(max(maxes) + 1, need):
             self.calibrated = 2
             return None
         e2 = [accept_curve(pol.counts, self.prior, 2)[2] if m > 2 else -1.0 for pol, m in slots]

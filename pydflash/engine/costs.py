@@ -60,8 +60,14 @@ class Curve:
     # and queries only when it decides (rebuilding on each observation cost ~4 us of a ~1.2 ms H200 step per curve)
     _sorted: tuple[list[float], list[float]] | None = field(default=None)
 
-    def observe(self, x: int, seconds: float) -> None:
+    def observe(self, x: int, seconds: float, upper_bound: bool = False) -> None:
+        """upper_bound: the sample bounds the steady cost from above (a GPU step whose shape differs from the step
+        before, see StepCosts.observe): it may only lower a measured bucket's value, never make one."""
         b = bucket(x)
+        if upper_bound:
+            p = self.points.get(b)
+            if p is None or seconds >= p[1]:
+                return
         if self.drop_first and self.seen.get(b, 0) < WARMUP:  # a warm-up step for this shape
             self.seen[b] = self.seen.get(b, 0) + 1
             return
@@ -93,9 +99,10 @@ class Curve:
     def known(self) -> bool:
         return bool(self.points)
 
-    def has(self, x: int) -> bool:
-        """Whether x's bucket has been measured (past its warm-up steps)."""
-        return bucket(x) in self.points
+    def has(self, x: int, samples: int = 1) -> bool:
+        """Whether x's bucket has been measured (past its warm-up steps), at least `samples` times."""
+        p = self.points.get(bucket(x))
+        return p is not None and p[2] >= samples
 
     def covers(self, x: float) -> bool:
         xs = self._points()[0]
@@ -151,13 +158,19 @@ class StepCosts:
         self.verify_any = {f: Curve(self.drop_first, cap_below=False) for f in (True, False)}
         self.draft = Curve(self.drop_first)
 
-    def observe(self, n: int, n_verify: int, features: bool, t_verify: float, n_block: int, t_draft: float) -> None:
+    def observe(self, n: int, n_verify: int, features: bool, t_verify: float, n_block: int, t_draft: float,
+                upper_bound: bool = False) -> None:
         """One decode step of n running slots: n_verify target tokens (features on or off) in t_verify seconds,
-        n_block drafter block tokens (0: no drafting) in t_draft seconds."""
-        self.verify_by_n.setdefault((features, n), Curve(self.drop_first)).observe(n_verify, t_verify)
-        self.verify_any[features].observe(n_verify, t_verify)
+        n_block drafter block tokens (0: no drafting) in t_draft seconds.
+
+        upper_bound: a step that bounds what such steps cost once they repeat, on a GPU a paused engine's probe.
+        ggml-cuda replays a captured CUDA graph only for the shape a context ran last, so a drafting step among
+        plain ones runs without one (through HTTP on the H200 a 4-draft probe's verify took ~4 ms, against
+        ~1.4 ms run steadily): such a sample may lower a measured cost, never raise or make one."""
+        self.verify_by_n.setdefault((features, n), Curve(self.drop_first)).observe(n_verify, t_verify, upper_bound)
+        self.verify_any[features].observe(n_verify, t_verify, upper_bound)
         if n_block:
-            self.draft.observe(n_block, t_draft)
+            self.draft.observe(n_block, t_draft, upper_bound)
 
     def known(self, features: bool) -> bool:
         return self.verify_any[features].known

@@ -405,7 +405,7 @@ class Engine:
         steady = cost.rows <= self.block_size * len(drafting)
         t_draft = cost.inject_s + cost.block_s if steady else cost.block_s
         self.drafting.costs.observe(len(plan), sum(1 + k for _, k in plan), self.target_ctx.features_on, t_verify,
-                                    sum(1 + k for k in drafting), t_draft)
+                                    sum(1 + k for k in drafting), t_draft, self.drafting.costs_are_upper_bounds())
 
     # --- slots ----------------------------------------------------------------------------------------
     def _admit(self) -> None:

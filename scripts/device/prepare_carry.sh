@@ -8,7 +8,7 @@
 #       pydantic(-core), uvicorn, sse-starlette, annotated-types, typing-inspection, typing_extensions)
 #       + the commit at packing time (the tree itself travels with every call: name the commit again when you run)
 #   g2..gN: the Gemma-3-270M GGUF in parts
-#   corpus: issue 14's prompt corpus for `remote.sh gen` (the pinned build: see the end)
+#   gc0, gc1: issue 14's prompt corpus for `remote.sh gen` in two halves (the pinned build: see the end)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SITE=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
@@ -71,3 +71,9 @@ for p in $(echo "$LATER" | sort); do patch -d vendor/llama.cpp -p1 --quiet < "$p
 [ "${rc:-0}" = 0 ]
 sha256sum .device-bench/corpus/prompts.jsonl.gz | grep -q '^4a6809ddc5bedcc5' \
     || { echo "prepare_carry: the corpus is not the pinned one (sha256 4a6809dd...)" >&2; exit 1; }
+# The tree (~60 MB) and the whole corpus (8.1 MB) no longer fit one call (the 2026-12-01 session's gen call was refused):
+# it travels in two halves, staged like the model parts (part c0, part c1), and `gen` joins them
+sha256sum .device-bench/corpus/prompts.jsonl.gz | cut -d' ' -f1 > .device-bench/g1/corpus.sha256
+mkdir -p .device-bench/gc0 .device-bench/gc1
+split -n 2 -d -a 2 .device-bench/corpus/prompts.jsonl.gz .device-bench/gc0/prompts.jsonl.gz.
+mv .device-bench/gc0/prompts.jsonl.gz.01 .device-bench/gc1/ && rm -r .device-bench/corpus

@@ -28,7 +28,7 @@
 #   remote.sh sampling  scripts/bench_sampling.py (issue 15): rejection against sample-and-match at T 0.7 / 1.0,
 #                     without and with top-p 0.9
 #   remote.sh gen [SECONDS] [SKIP] [SLOTS] [SPAN] [NPROC]  issue 14: the target's greedy responses to the carried
-#                     corpus (.device-bench/corpus/prompts.jsonl.gz, which prepare_carry.sh builds) through pydflash on the
+#                     corpus (prepare_carry.sh builds it; staged in halves by `part c0` and `part c1`) through pydflash on the
 #                     GPU, NPROC processes on SPAN lines each from SKIP; shards stay in $W/data for `train` and come
 #                     back as data.tar.NN; GEN_TAG=x writes $W/data/xp$i, so a second gen call keeps the first's shards;
 #                     GEN_RANGES="A:B,C:D" runs one process per range of lines instead of SKIP / SPAN / NPROC
@@ -40,11 +40,13 @@
 #   remote.sh trainwait [MAX_WAIT]  wait for trainbg, export the GGUF, return what `train` returns
 #   remote.sh suite2  issue 14's suite for the new drafter ($W/drafter) and the shipped one (SUITE2_WHICH=new: only
 #                     the new), and step_costs.py with the new drafter (its block against a 16-token verify)
-#   remote.sh mmvq    patches/0006 on the idle GPU: its Hopper test, and step_costs.py (shipped drafter) with the
-#                     9..16-column products as MMVQ passes and as upstream's MMQ (GGML_CUDA_MMVQ_PASSES=0)
+#   remote.sh cuda    the CUDA-only patches on the idle GPU: their tests, and step_costs.py (shipped drafter) with
+#                     both, without 0006's MMVQ passes (GGML_CUDA_MMVQ_PASSES=0) and without 0007's per-shape CUDA
+#                     graphs (GGML_CUDA_GRAPH_KEY_SHAPES=0)
 #   remote.sh slots   scripts/bench_slots.py (issue 13's per-slot slope): KV pool vs streams, with patches/0005
 #                     and with upstream's per-row argmax (PYDFLASH_PER_ROW_GREEDY)
-# Order: part 0, part 0b, start (carrying g1 and head.tgz), part 2 .. part N, then the steps above. Every step that needs the
+# Order: part 0, part 0b, start (carrying g1 and head.tgz), part 2 .. part N (part c0, part c1 before gen), then the
+# steps above. Every step that needs the
 # build fails at once if `start` never ran (a carry over the limit refuses the call without running it).
 # Results go to $OUT; each of costs/bench/long/eval fits one 10-minute call.
 set -euo pipefail
@@ -105,14 +107,14 @@ start)
     sha256sum $W/src.tgz | cut -c1-64 | diff - $W/src.sha256 || { echo "the joined llama.cpp source is not the packed one"; exit 1; }
     cd $W && mkdir -p site && tar xzf site.tgz -C site && tar xzf src.tgz
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $W/site whl/*.whl
-    # our patches are already applied in the carried vendor tree. A CUDA-only patch is compiled first here: should one
-    # fail to build, it is reverted and the build retried, so that a session's runs still have a library (build.log
+    # our patches are already applied in the carried vendor tree. The CUDA-only ones (0006 on) are compiled first here:
+    # should the build fail, they are reverted and the build retried, so that a session's runs still have a library (build.log
     # says so, and the runs show it: tests/test_native_patches.py's Hopper test fails)
     setsid nohup bash -c "cd $W/llama.cpp && cmake -S . -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
         -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_RPC=ON \
         > $W/configure.log 2>&1 && { cmake --build build -j16 --target llama llama-server > $W/build.log 2>&1 \
-        || { tail -30 $W/build.log > $W/build_failed.log; patch -R -p1 --quiet < $REPO/patches/0006-mmvq-passes-for-9-to-16-columns-on-hopper.patch \
-             && echo 'pydflash: the build failed; patches/0006 reverted, built again' >> $W/build.log \
+        || { tail -30 $W/build.log > $W/build_failed.log; for p in \$(ls -r $REPO/patches/000[6-9]-*.patch); do patch -R -p1 --quiet < \$p; done \
+             && echo 'pydflash: the build failed; the CUDA-only patches (0006 on) reverted, built again' >> $W/build.log \
              && cmake --build build -j16 --target llama llama-server >> $W/build.log 2>&1; }; }; echo \$? > $W/build.rc" \
         > /dev/null 2>&1 &
     echo started build; nvidia-smi --query-gpu=name,memory.total --format=csv
@@ -158,12 +160,17 @@ gen)  # NPROC generator processes share the GPU, process i on lines SKIP + i * S
 print('--kv-streams' if r.get(('streams', 128), 1e9) < r.get(('unified', 128), 0) else '')")
         echo "gen: GEN_ARGS='$GEN_ARGS' (from slots_gpu.json)"
     fi
+    if [ ! -f $W/prompts.jsonl.gz ]; then
+        [ -f $W/prompts.jsonl.gz.00 ] && [ -f $W/prompts.jsonl.gz.01 ] || { echo "gen: stage the corpus first (part c0, part c1)"; exit 1; }
+        cat $W/prompts.jsonl.gz.00 $W/prompts.jsonl.gz.01 > $W/prompts.jsonl.gz
+        sha256sum $W/prompts.jsonl.gz | cut -c1-64 | diff - $W/corpus.sha256 || { rm $W/prompts.jsonl.gz; echo "gen: the joined corpus is not the packed one"; exit 1; }
+    fi
     # GEN_RANGES="A:B,C:D" instead: one process per range of corpus lines (the unused gaps between earlier runs)
     ranges=${GEN_RANGES:-$(for i in $(seq 0 $((nproc - 1))); do echo -n "$((skip + i * span)):$((skip + (i + 1) * span)),"; done)}
     IFS=, read -ra ranges <<< "$ranges"
     nproc=${#ranges[@]}
     for i in $(seq 0 $((nproc - 1))); do
-        python3 -m pydflash.train.generate --target $W/gemma.gguf --prompts .device-bench/corpus/prompts.jsonl.gz \
+        python3 -m pydflash.train.generate --target $W/gemma.gguf --prompts $W/prompts.jsonl.gz \
             --out $W/data/${GEN_TAG:-}p$i --ngl -1 --threads 4 --slots "${4:-128}" --n-new 256 --seconds "$seconds" \
             --skip ${ranges[$i]%:*} --stop ${ranges[$i]#*:} ${GEN_ARGS:-} > $W/gen$i.log 2>&1 &
     done
@@ -205,13 +212,15 @@ suite2)
             --out $OUT/drafter_suite_gpu_$which.json 2>&1 | grep -v "^llama_\|^load\|^print_info" | tail -16
     done
     python3 scripts/step_costs.py --ngl -1 --drafter $W/drafter/drafter-q8_0.gguf --out $OUT/step_costs_new.json 2>&1 | tail -8 ;;
-mmvq)  # patches/0006 on the idle GPU: its test, then step_costs with the shipped drafter with and without it
+cuda)  # the CUDA-only patches on the idle GPU (0006 MMVQ passes, 0007 a CUDA graph per shape): their tests, then
+      # step_costs.py (shipped drafter) with both, and with each turned off by its switch
     use_build
     cat $W/build_failed.log 2>/dev/null || true
-    python3 -m pytest -q -p no:cacheprovider tests/test_native_patches.py -k hopper -rs 2>&1 | tail -4
-    for mode in passes mmq; do
-        GGML_CUDA_MMVQ_PASSES=$([ $mode = passes ] && echo 1 || echo 0) python3 scripts/step_costs.py --ngl -1 \
-            --drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf --out $OUT/step_costs_$mode.json 2>&1 | tail -3
+    python3 -m pytest -q -p no:cacheprovider tests/test_native_patches.py -k "hopper or cuda_graphs" -rs 2>&1 | tail -6 || true
+    for mode in both no_passes no_shape_keys; do
+        GGML_CUDA_MMVQ_PASSES=$([ $mode = no_passes ] && echo 0 || echo 1) \
+        GGML_CUDA_GRAPH_KEY_SHAPES=$([ $mode = no_shape_keys ] && echo 0 || echo 1) python3 scripts/step_costs.py --ngl -1 \
+            --drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf --out $OUT/step_costs_$mode.json 2>&1 | tail -3 || true
     done ;;
 slots)
     use_build
