@@ -10,6 +10,9 @@ callback under PYDFLASH_VERBOSE) and prints markers between phases, so the test 
 
 import sys
 
+# libllama before numpy: numpy's OpenBLAS loaded first crashed llama.cpp's CUDA model load on the H200 (README), the
+# likely end of this probe's first GPU run (SIGSEGV, 2026-12-01)
+import pydflash  # noqa: F401
 import numpy as np
 
 from pydflash.native import Context, ContextParams, Model, ModelParams, TokenBatch
@@ -81,8 +84,7 @@ def span12(path: str, out: str) -> None:
     ctx.decode(b)
     sys.stderr.write("@@ done\n")
     np.save(out, np.stack([ctx.logits(i) for i in range(12)]))
-    # freed before the interpreter exits: the first GPU run of this probe ended in SIGSEGV (2026-12-01), and a CUDA
-    # context left to exit-time teardown is the suspect
+    # freed before the interpreter exits rather than left to its teardown, with a CUDA backend behind them
     ctx.close()
     model.close()
 

@@ -151,3 +151,24 @@ def test_cuda_graphs_survive_alternating_step_shapes(gemma_path):
     out_upstream, upstream = run_probe("alternate", gemma_path, GGML_CUDA_GRAPH_KEY_SHAPES="0")
     assert count(upstream, "CUDA graph warmup complete") == 0  # the test tells the two keyings apart
     assert out == out_upstream  # the same picks from replayed graphs as from direct launches
+
+
+def test_picks_of_many_rows_are_read_in_one_call(tiny):
+    """patches/0008: llama_get_sampled_tokens_ext reads the picks at many batch indices with one synchronization
+    (one per index before: a stream synchronization each on a GPU), the same tokens as one call per index, and
+    counts the indices that hold none. Context.picks reads a span through it."""
+    from pydflash.native._lib import get_sampled_token_ith, get_sampled_tokens
+
+    p = tiny("llama")
+    model = Model(p.target)
+    ctx = Context(model, ContextParams(n_ctx=128, n_batch=32, n_ubatch=32, n_outputs_max=8, n_outputs_max_per_seq=8))
+    tokens = [(i * 13 + 5) % (model.n_vocab - 16) + 8 for i in range(24)]
+    b = TokenBatch(32)
+    b.add(tokens[:16], 0, 0, [False] * 8 + [True] * 8)
+    ctx.decode(b)
+    one_by_one = [get_sampled_token_ith(ctx.ptr, i) for i in range(16)]
+    assert one_by_one[:8] == [-1] * 8 and min(one_by_one[8:]) >= 0  # rows 0-7 were not outputs
+    idx, out = np.arange(16, dtype=np.int32), np.zeros(16, dtype=np.int32)
+    assert get_sampled_tokens(ctx.ptr, idx.ctypes.data, 16, out.ctypes.data) == 8
+    assert out.tolist() == one_by_one
+    assert ctx.picks(range(8, 16)) == one_by_one[8:] and ctx.picks([12]) == [one_by_one[12]]

@@ -154,6 +154,11 @@ batch_ext_set_pos = _declare(
 )
 # llama_token llama_get_sampled_token_ith(struct llama_context * ctx, int32_t i);
 get_sampled_token_ith = _declare("llama_get_sampled_token_ith", [ctypes.c_void_p, ctypes.c_int32], ctypes.c_int32)
+# int32_t llama_get_sampled_tokens_ext(struct llama_context * ctx, const int32_t * idx, int32_t n, llama_token * out);
+# (patches/0008: n of the above in one call, one synchronization)
+get_sampled_tokens = _declare(
+    "llama_get_sampled_tokens_ext", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p], ctypes.c_int32
+)
 # Backend sampling outputs of a dist chain (rejection sampling reads p and q through these, llama.h):
 # float *  llama_get_sampled_probs_ith      (struct llama_context * ctx, int32_t i);
 get_sampled_probs_ith = _declare(

@@ -17,12 +17,15 @@ import numpy as np
 from ..errors import DecodeError, InvalidBatch, KVSlotFull, RollbackError
 from ._lib import (
     C, EmbdRow, batch_ext_add_embd, batch_ext_set_pos, get_sampled_candidates_count_ith, get_sampled_candidates_ith,
-    get_sampled_probs_count_ith, get_sampled_probs_ith, get_sampled_token_ith, llama_get_embeddings_layer_inp,
-    llama_set_embeddings_layer_inp, raise_if_interrupted,
+    get_sampled_probs_count_ith, get_sampled_probs_ith, get_sampled_token_ith, get_sampled_tokens,
+    llama_get_embeddings_layer_inp, llama_set_embeddings_layer_inp, raise_if_interrupted,
 )
 from .handles import ContextParams, Model
 
 LLAMA_PROCESS_TYPE_DECODE = 1
+# From this many indices on, picks reads them in one call (patches/0008): below it, building the index array costs
+# more than the calls it saves on a CPU (16 picks: 4.6 against 7.1 us; 2 picks: 3.9 against 1.3 us)
+PICKS_IN_ONE_CALL = 8
 log = logging.getLogger(__name__)
 
 
@@ -131,6 +134,7 @@ class Context:
         self._feature_views: dict[int, tuple[int, np.ndarray]] = {}  # layer -> (buffer address, float view)
         self.n_vocab = model.n_vocab
         self._ext = None
+        self._iota = np.arange(0, dtype=np.int32)  # batch indices 0, 1, ...: picks passes slices of it
         self.t_native = 0.0  # seconds spent inside llama_decode / llama_process (the engine's time split)
         self.n_decodes = 0  # token batches decoded: outputs read later must come from the batch they expect
         # Calls that may change what the KV holds (decode, inject, seq_rm, clear, state restore): a check of the
@@ -261,9 +265,22 @@ class Context:
 
     # --- outputs --------------------------------------------------------------------------------------
     def picks(self, indices: Sequence[int]) -> list[int]:
-        """The backend sampler's token (argmax, or a sample) at the given batch indices (marked as outputs)."""
-        ptr = self._ptr
-        return [get_sampled_token_ith(ptr, i) for i in indices]
+        """The backend sampler's token (argmax, or a sample) at the given batch indices (marked as outputs), read in
+        one call (patches/0008): per index, llama.cpp synchronizes the backend first, a stream synchronization on a
+        GPU, and a step of 16 slots reads ~512 picks."""
+        n = len(indices)
+        if n < PICKS_IN_ONE_CALL:
+            ptr = self._ptr
+            return [get_sampled_token_ith(ptr, i) for i in indices]
+        if isinstance(indices, range) and indices.step == 1 and 0 <= indices.start:  # most calls: a span of rows
+            if len(self._iota) < indices.stop:
+                self._iota = np.arange(max(indices.stop, 2 * len(self._iota)), dtype=np.int32)
+            idx = self._iota[indices.start:indices.stop]
+        else:
+            idx = np.fromiter(indices, dtype=np.int32, count=n)
+        out = np.empty(n, dtype=np.int32)
+        get_sampled_tokens(self._ptr, idx.ctypes.data, n, out.ctypes.data)
+        return out.tolist()
 
     def sampled(self, i: int) -> Optional[SampledRow]:
         """The probabilities the sequence's dist chain sampled batch index i from (no copy; see SampledRow).

@@ -107,14 +107,14 @@ start)
     sha256sum $W/src.tgz | cut -c1-64 | diff - $W/src.sha256 || { echo "the joined llama.cpp source is not the packed one"; exit 1; }
     cd $W && mkdir -p site && tar xzf site.tgz -C site && tar xzf src.tgz
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $W/site whl/*.whl
-    # our patches are already applied in the carried vendor tree. The CUDA-only ones (0006 on) are compiled first here:
+    # our patches are already applied in the carried vendor tree. The CUDA-only ones (0006, 0007) are compiled first here:
     # should the build fail, they are reverted and the build retried, so that a session's runs still have a library (build.log
     # says so, and the runs show it: tests/test_native_patches.py's Hopper test fails)
     setsid nohup bash -c "cd $W/llama.cpp && cmake -S . -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
         -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_RPC=ON \
         > $W/configure.log 2>&1 && { cmake --build build -j16 --target llama llama-server > $W/build.log 2>&1 \
-        || { tail -30 $W/build.log > $W/build_failed.log; for p in \$(ls -r $REPO/patches/000[6-9]-*.patch); do patch -R -p1 --quiet < \$p; done \
-             && echo 'pydflash: the build failed; the CUDA-only patches (0006 on) reverted, built again' >> $W/build.log \
+        || { tail -30 $W/build.log > $W/build_failed.log; for p in \$(ls -r $REPO/patches/000[67]-*.patch); do patch -R -p1 --quiet < \$p; done \
+             && echo 'pydflash: the build failed; the CUDA-only patches (0006, 0007) reverted, built again' >> $W/build.log \
              && cmake --build build -j16 --target llama llama-server >> $W/build.log 2>&1; }; }; echo \$? > $W/build.rc" \
         > /dev/null 2>&1 &
     echo started build; nvidia-smi --query-gpu=name,memory.total --format=csv
