@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Pack what a GPU run needs into .device-bench/ (git-ignored), one folder per device call. Each call sends the
-# working tree too (tracked + untracked-not-ignored files, ~55 MB with drafter version 2) and the tool refuses
-# more than 64 MiB in all, so the model parts are sized to what the tree leaves (~11 MB: 24 part calls, ~4 s each).
+# working tree too (tracked + untracked-not-ignored files, ~60 MB with the drafter and the data runs) and the tool
+# refuses more than 64 MiB in all, so the model parts are sized to what the tree leaves (6 MB: 43 part calls, ~5 s
+# each).
 #   g0, g0b: the trimmed vendor/llama.cpp source in two halves (a call each: with the tree it would not fit g1's)
 #   g1: pure-Python packages the device lacks (llama_cpp, gguf, diskcache)
 #       + wheels for Python 3.12 of the server's stack (fastapi and its opentelemetry-api, starlette,

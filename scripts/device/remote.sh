@@ -46,8 +46,8 @@
 #   remote.sh slots   scripts/bench_slots.py (issue 13's per-slot slope): KV pool vs streams, with patches/0005
 #                     and with upstream's per-row argmax (PYDFLASH_PER_ROW_GREEDY)
 # Order: part 0, part 0b, start (carrying g1 and head.tgz), part 2 .. part N (part c0, part c1 before gen), then the
-# steps above. Every step that needs the
-# build fails at once if `start` never ran (a carry over the limit refuses the call without running it).
+# steps above. Every step that needs the build fails at once if `start` never ran (a carry over the limit refuses the
+# call without running it).
 # Results go to $OUT; each of costs/bench/long/eval fits one 10-minute call.
 set -euo pipefail
 # Other work in progress in the local tree travels with every call; .device-bench/head.tgz (carried, made just
@@ -107,9 +107,9 @@ start)
     sha256sum $W/src.tgz | cut -c1-64 | diff - $W/src.sha256 || { echo "the joined llama.cpp source is not the packed one"; exit 1; }
     cd $W && mkdir -p site && tar xzf site.tgz -C site && tar xzf src.tgz
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $W/site whl/*.whl
-    # our patches are already applied in the carried vendor tree. The CUDA-only ones (0006, 0007) are compiled first here:
-    # should the build fail, they are reverted and the build retried, so that a session's runs still have a library (build.log
-    # says so, and the runs show it: tests/test_native_patches.py's Hopper test fails)
+    # our patches are already applied in the carried vendor tree. The CUDA-only ones (0006, 0007) are compiled first
+    # here: should the build fail, they are reverted and the build retried, so that a session's runs still have a
+    # library (build.log says so, `cuda` prints why, and the GPU tests of test_native_patches.py fail)
     setsid nohup bash -c "cd $W/llama.cpp && cmake -S . -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
         -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_RPC=ON \
         > $W/configure.log 2>&1 && { cmake --build build -j16 --target llama llama-server > $W/build.log 2>&1 \
