@@ -70,6 +70,30 @@ def test_loss_backward_and_walk():
     assert committed == 16 - 1 - 6 and 1 <= steps <= committed and acc == committed - steps
 
 
+def test_topk_distillation_reads_the_target_where_each_label_was_predicted():
+    """draft_logits_loss's teacher is the target's final state: its logits at position p - 1 are the target's
+    distribution for the token at p. A teacher whose logits at p - 1 put (almost) all mass on tokens[p] makes the
+    top-1 distillation term the hard label's cross-entropy, so any weight gives the plain loss back; a teacher read
+    one position off does not. Weight 0, or no teacher, is the plain loss."""
+    c, m = tiny()
+    torch.manual_seed(1)
+    embd = torch.nn.functional.normalize(torch.randn(c.vocab_size, c.hidden_size), dim=-1)
+    feats = torch.randn(2, 16, 3 * c.hidden_size)
+    tokens = torch.randint(5, c.vocab_size, (2, 16))
+    lens, anchors = torch.tensor([16, 12]), torch.tensor([[6, 9], [6, 8]])
+    plain, _ = draft_logits_loss(m, embd, feats, tokens, lens, anchors)
+    nxt = torch.cat([tokens[:, 1:], tokens[:, -1:]], dim=1)  # the token each position predicts
+    teacher = 100.0 * embd[nxt]  # logits at p - 1: 100 x cosine, peaked at tokens[p]
+    for alpha in (0.0, 0.5, 1.0):
+        got, _ = draft_logits_loss(m, embd, feats, tokens, lens, anchors, teacher=teacher, topk=1, alpha=alpha)
+        torch.testing.assert_close(got, plain)
+    off_by_one = 100.0 * embd[tokens]  # the state at p itself: the wrong distribution
+    got, _ = draft_logits_loss(m, embd, feats, tokens, lens, anchors, teacher=off_by_one, topk=1, alpha=1.0)
+    assert abs(got.item() - plain.item()) > 0.1
+    soft, _ = draft_logits_loss(m, embd, feats, tokens, lens, anchors, teacher=teacher, topk=8, alpha=0.5)
+    assert torch.isfinite(soft)
+
+
 def test_walk_counts_bonus():
     import numpy as np
     acc = np.zeros(20, dtype=int)

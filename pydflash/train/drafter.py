@@ -217,11 +217,16 @@ def position_weights(block: int, gamma: float = 7.0, device=None) -> torch.Tenso
 
 
 def draft_logits_loss(model: DFlashDrafter, embd: torch.Tensor, feats: torch.Tensor, tokens: torch.Tensor,
-                      valid_len: torch.Tensor, anchors: torch.Tensor, head_chunk: int = 8192):
+                      valid_len: torch.Tensor, anchors: torch.Tensor, head_chunk: int = 8192,
+                      teacher: torch.Tensor | None = None, topk: int = 0, alpha: float = 0.0):
     """Weighted cross-entropy of one batch of draft blocks.
 
     embd: target embedding / head [V, D]; feats: [B, L, K*D]; tokens: [B, L]; valid_len: [B]
     (labels at positions >= valid_len are ignored); anchors: [B, M].
+    teacher: the target's final hidden state after its output norm [B, L, D] (its logits are teacher @ embd.T).
+    With it, each position's loss is (1 - alpha) x the cross-entropy on the hard label + alpha x the cross-entropy
+    on the target's distribution over its topk tokens (renormalized): top-k logit distillation, which also
+    tells the drafter which other tokens the target found likely, not only its argmax.
     Returns (loss, stats dict with per-position top-1 accuracy [block]).
     """
     c = model.config
@@ -242,6 +247,10 @@ def draft_logits_loss(model: DFlashDrafter, embd: torch.Tensor, feats: torch.Ten
     h, labels, w = h.reshape(-1, h.shape[-1]), labels.reshape(-1), w.reshape(-1)
     keep = w > 0
     h, labels, w = h[keep], labels[keep], w[keep]
+    distill = teacher is not None and topk > 0 and alpha > 0
+    if distill:  # the target's state where each label was predicted: position q_pos - 1, whose token is q_pos's label
+        t_pos = (lab_pos - 1).clamp(min=0)
+        th = teacher.gather(1, t_pos[..., None].expand(-1, -1, teacher.shape[-1])).reshape(-1, teacher.shape[-1])[keep]
     pos_in_blk = torch.arange(blk, device=tokens.device).repeat(M)[None].expand(B, -1).reshape(-1)[keep]
     total = h.new_zeros((), dtype=torch.float32)
     hits = torch.zeros(blk, device=tokens.device)
@@ -249,6 +258,12 @@ def draft_logits_loss(model: DFlashDrafter, embd: torch.Tensor, feats: torch.Ten
     for s in range(0, h.shape[0], head_chunk):
         lg = (h[s:s + head_chunk] @ embd.T).float()
         ce = F.cross_entropy(lg, labels[s:s + head_chunk], reduction="none")
+        if distill:
+            with torch.no_grad():
+                t_val, t_ids = (th[s:s + head_chunk] @ embd.T).float().topk(topk, dim=-1)
+                t_p = torch.softmax(t_val, dim=-1)
+            soft = -(t_p * torch.log_softmax(lg, dim=-1).gather(1, t_ids)).sum(-1)
+            ce = (1.0 - alpha) * ce + alpha * soft
         total = total + (ce * w[s:s + head_chunk]).sum()
         with torch.no_grad():
             hit = (lg.argmax(-1) == labels[s:s + head_chunk]).float()

@@ -20,7 +20,7 @@ import torch
 
 from .drafter import DFlashDrafter, DrafterConfig, draft_logits_loss
 from .evaluate import evaluate
-from .target import GemmaTarget, greedy_generate, load_gguf_weights
+from .target import GemmaTarget, greedy_generate, load_gguf_weights, rms_norm
 
 STOP_IDS = (1, 106)  # <eos>, <end_of_turn>
 DEV = "cuda"
@@ -50,6 +50,21 @@ def generate(target, prompts: np.ndarray, n_new: int, batch: int, deadline: floa
         lens.append(n)
         log(f"  generated {s + len(p)}/{len(prompts)} rows")
     return torch.cat(toks), torch.cat(lens)
+
+
+@torch.no_grad()
+def features_and_teacher(target, tokens: torch.Tensor, layer_ids, batch: int = 64,
+                         dtype=torch.bfloat16) -> tuple[torch.Tensor, torch.Tensor]:
+    """features(), and the target's final hidden state after its output norm [B, L, n_embd] (its logits are that
+    times the embedding matrix: the teacher of draft_logits_loss's top-k distillation), from the same forwards."""
+    last, d = target.cfg.n_layer - 1, target.cfg.n_embd
+    out = torch.empty((*tokens.shape, len(layer_ids) * d), dtype=dtype, device=tokens.device)
+    final = torch.empty((*tokens.shape, d), dtype=dtype, device=tokens.device)
+    for s in range(0, tokens.shape[0], batch):
+        _, f = target(tokens[s:s + batch], 0, layers_out=tuple(layer_ids) + (last,), logits="none")
+        out[s:s + batch] = torch.cat([f[j] for j in layer_ids], dim=-1).to(dtype)
+        final[s:s + batch] = rms_norm(f[last], target.w["output_norm.weight"], target.cfg.rms_eps).to(dtype)
+    return out, final
 
 
 @torch.no_grad()

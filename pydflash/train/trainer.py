@@ -16,6 +16,10 @@ memory: 20 M tokens of features would take 128 GB.
   starts from the old drafter's function instead of from noise.
 - A slice of the rows (``--holdout``) is never trained on; the simulated greedy tau on it is logged for the
   starting weights and the result, per kind.
+- ``--distill-topk K`` adds top-k logit distillation: the port's final state gives the target's distribution over
+  its K likeliest tokens at each label, and ``--distill-weight`` of each position's loss is the cross-entropy on it.
+  ``--schedule constant`` keeps the peak LR after the warmup (two cosine continuations of version 4, at 5e-4 and
+  1.5e-4, first lost held-out tau: docs/drafter.md).
 
 Writes OUT/model.safetensors (bf16), OUT/config.json, OUT/train.json (metrics, loss history, args).
 """
@@ -33,7 +37,7 @@ import torch
 from .drafter import DFlashDrafter, DrafterConfig, draft_logits_loss
 from .evaluate import evaluate
 from .generate import KINDS, load_shards
-from .pipeline import Log, features, save_drafter
+from .pipeline import Log, features, features_and_teacher, save_drafter
 from .target import GemmaTarget, load_gguf_weights
 
 PAD = 0
@@ -165,19 +169,27 @@ def train(model, embd, target, rows: Rows, layer_ids, args, log, device, best: B
         frac = (time.time() - t0) / args.seconds
         if frac >= 1.0 or (args.max_steps and step >= args.max_steps):
             break
-        lr = args.lr * min(1.0, (step + 1) / args.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1))))
+        lr = args.lr * min(1.0, (step + 1) / args.warmup)
+        if args.schedule == "cosine":
+            lr *= 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1)))
         for g in opt.param_groups:
             g["lr"] = lr
         idx = rows.batch(rng, args.token_budget, args.max_rows)
         tok, lens, starts = pad([rows.row(i) for i in idx], device)
         # padding sits after each row's end, so the causal mask keeps it out of every real position's features
-        f = features(target, tok, layer_ids, dtype=feature_dtype(device))
+        if args.distill_topk:
+            f, teacher = features_and_teacher(target, tok, layer_ids, dtype=feature_dtype(device))
+        else:
+            f, teacher = features(target, tok, layer_ids, dtype=feature_dtype(device)), None
         hi = (lens - 2).clamp(min=0)
         anchors = starts[:, None] + (torch.rand(len(idx), args.anchors, device=device)
                                      * (hi - starts + 1).clamp(min=1)[:, None]).long()
         anchors = torch.minimum(anchors, hi[:, None])
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            loss, st = draft_logits_loss(model, embd, f, tok, lens, anchors)
+            # a smaller head chunk with distillation: the teacher's logits take as much memory again
+            loss, st = draft_logits_loss(model, embd, f, tok, lens, anchors,
+                                         head_chunk=8192 if teacher is None else 4096, teacher=teacher,
+                                         topk=args.distill_topk, alpha=args.distill_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -208,6 +220,12 @@ def main(argv=None):
     ap.add_argument("--max-steps", type=int, default=0)
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--schedule", choices=("cosine", "constant"), default="cosine",
+                    help="after the warmup: cosine decay to a tenth, or the peak LR throughout (gentler to continue)")
+    ap.add_argument("--distill-topk", type=int, default=0,
+                    help="top-k logit distillation: the target's distribution over its k likeliest tokens (0: off)")
+    ap.add_argument("--distill-weight", type=float, default=0.5,
+                    help="share of the distillation term in each position's loss (the rest: the hard label)")
     ap.add_argument("--token-budget", type=int, default=24576, help="row tokens per step (prompt + response)")
     ap.add_argument("--max-rows", type=int, default=64)
     ap.add_argument("--anchors", type=int, default=16, help="draft blocks per row")
