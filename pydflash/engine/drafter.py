@@ -90,9 +90,10 @@ class Drafter:
             start = b.add([slot.anchor] + [self.mask_token] * k, slot.n_past, slot.seq, True)
             where.append((slot, start, k))
         self.ctx.decode(b)
+        all_picks = self.ctx.picks(range(b.n))  # every block row is an output: one read for all of them
         drafts = {}
         for slot, start, k in where:
-            raw = self.ctx.picks(range(start + 1, start + 1 + k))
+            raw = all_picks[start + 1 : start + 1 + k]
             if slot.proposal is not None and slot.proposal.argmax:  # rejection sampling from q's argmax (proposal.py)
                 tops = [argmax_of(self.ctx.sampled(start + 1 + i)) for i in range(k)]
                 drafts[slot.seq] = self._valid_prefix(tops[: tops.index(None)] if None in tops else tops)

@@ -38,9 +38,11 @@ class Verifier:
             where.append((slot, b.add(chunk, slot.n_past, slot.seq, False), len(chunk), False))
         self.ctx.decode(b)
         feats = self.ctx.features(b.n) if self.with_features and self.ctx.features_on else None
+        # the spans came first, every row an output: all their picks in one read (one backend synchronization)
+        all_picks = self.ctx.picks(range(sum(n for _, _, n, is_span in where if is_span)))
         out = {}
         for slot, start, n, is_span in where:
-            picks = self.ctx.picks(range(start, start + n)) if is_span else []
+            picks = all_picks[start : start + n] if is_span else []
             self._check_picks(slot, picks)
             rows = feats[start : start + n] if feats is not None else None
             out[slot.seq] = (picks, rows, slot.n_past)
