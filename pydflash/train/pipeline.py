@@ -53,28 +53,32 @@ def generate(target, prompts: np.ndarray, n_new: int, batch: int, deadline: floa
 
 
 @torch.no_grad()
+def features(target, tokens: torch.Tensor, layer_ids, batch: int = 64, dtype=torch.bfloat16) -> torch.Tensor:
+    """Teacher-forced outputs of the target layers, concatenated, ``batch`` rows per forward."""
+    return _layer_outputs(target, tokens, layer_ids, batch, dtype, with_final=False)[0]
+
+
+@torch.no_grad()
 def features_and_teacher(target, tokens: torch.Tensor, layer_ids, batch: int = 64,
                          dtype=torch.bfloat16) -> tuple[torch.Tensor, torch.Tensor]:
     """features(), and the target's final hidden state after its output norm [B, L, n_embd] (its logits are that
     times the embedding matrix: the teacher of draft_logits_loss's top-k distillation), from the same forwards."""
+    return _layer_outputs(target, tokens, layer_ids, batch, dtype, with_final=True)
+
+
+def _layer_outputs(target, tokens, layer_ids, batch, dtype, with_final: bool):
+    """(the feature layers' outputs concatenated, the normed final state or None); without the final state the
+    forwards stop at the last feature layer."""
     last, d = target.cfg.n_layer - 1, target.cfg.n_embd
     out = torch.empty((*tokens.shape, len(layer_ids) * d), dtype=dtype, device=tokens.device)
-    final = torch.empty((*tokens.shape, d), dtype=dtype, device=tokens.device)
+    final = torch.empty((*tokens.shape, d), dtype=dtype, device=tokens.device) if with_final else None
+    layers = tuple(layer_ids) + ((last,) if with_final else ())
     for s in range(0, tokens.shape[0], batch):
-        _, f = target(tokens[s:s + batch], 0, layers_out=tuple(layer_ids) + (last,), logits="none")
+        _, f = target(tokens[s:s + batch], 0, layers_out=layers, logits="none")
         out[s:s + batch] = torch.cat([f[j] for j in layer_ids], dim=-1).to(dtype)
-        final[s:s + batch] = rms_norm(f[last], target.w["output_norm.weight"], target.cfg.rms_eps).to(dtype)
+        if with_final:
+            final[s:s + batch] = rms_norm(f[last], target.w["output_norm.weight"], target.cfg.rms_eps).to(dtype)
     return out, final
-
-
-@torch.no_grad()
-def features(target, tokens: torch.Tensor, layer_ids, batch: int = 64, dtype=torch.bfloat16) -> torch.Tensor:
-    """Teacher-forced outputs of the target layers, concatenated, ``batch`` rows per forward."""
-    out = torch.empty((*tokens.shape, len(layer_ids) * target.cfg.n_embd), dtype=dtype, device=tokens.device)
-    for s in range(0, tokens.shape[0], batch):
-        _, f = target(tokens[s:s + batch], 0, layers_out=tuple(layer_ids), logits="none")
-        out[s:s + batch] = torch.cat([f[j] for j in layer_ids], dim=-1).to(dtype)
-    return out
 
 
 def train(model, embd, feats, tokens, valid, P, args, log):
