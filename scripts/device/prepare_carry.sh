@@ -12,6 +12,10 @@
 #   gc0, gc1: issue 14's prompt corpus for `remote.sh gen` in two halves (the pinned build: see the end)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+halves() {  # FILE DIR_A DIR_B SHA_FILE: FILE's two halves as DIR_A/NAME.00 and DIR_B/NAME.01, its sha256 in SHA_FILE
+    sha256sum "$1" | cut -d' ' -f1 > "$4"
+    split -n 2 -d -a 2 "$1" "$2/$(basename "$1")." && mv "$2/$(basename "$1").01" "$3/" && rm "$1"
+}
 SITE=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 rm -rf .device-bench && mkdir -p .device-bench/g0 .device-bench/g0b .device-bench/g1/whl
 # ggml backends the CUDA build does not enable (ggml_add_backend adds a directory only when its GGML_<NAME> is on),
@@ -28,9 +32,7 @@ tar czf .device-bench/g0/src.tgz --exclude='llama.cpp/models' --exclude='llama.c
     -C vendor llama.cpp
 # in two halves, one call each (g0, g0b): the tree grows by ~1.5 MB with every data run and the whole source would
 # stop fitting one call beside it; `start` joins them and checks the sha
-sha256sum .device-bench/g0/src.tgz | cut -d' ' -f1 > .device-bench/g1/src.sha256
-split -n 2 -d -a 2 .device-bench/g0/src.tgz .device-bench/g0/src.tgz. && rm .device-bench/g0/src.tgz
-mv .device-bench/g0/src.tgz.01 .device-bench/g0b/
+halves .device-bench/g0/src.tgz .device-bench/g0 .device-bench/g0b .device-bench/g1/src.sha256
 tar czf .device-bench/g1/site.tgz -C "$SITE" llama_cpp gguf diskcache
 # the versions of the local venv, as Python 3.12 wheels (the device image has no registry; README of the tool)
 WHEELS=$(.venv/bin/python - <<'PY'
@@ -74,7 +76,6 @@ sha256sum .device-bench/corpus/prompts.jsonl.gz | grep -q '^4a6809ddc5bedcc5' \
     || { echo "prepare_carry: the corpus is not the pinned one (sha256 4a6809dd...)" >&2; exit 1; }
 # The tree (~60 MB) and the whole corpus (8.1 MB) no longer fit one call (the 2026-12-01 session's gen call was refused):
 # it travels in two halves, staged like the model parts (part c0, part c1), and `gen` joins them
-sha256sum .device-bench/corpus/prompts.jsonl.gz | cut -d' ' -f1 > .device-bench/g1/corpus.sha256
 mkdir -p .device-bench/gc0 .device-bench/gc1
-split -n 2 -d -a 2 .device-bench/corpus/prompts.jsonl.gz .device-bench/gc0/prompts.jsonl.gz.
-mv .device-bench/gc0/prompts.jsonl.gz.01 .device-bench/gc1/ && rm -r .device-bench/corpus
+halves .device-bench/corpus/prompts.jsonl.gz .device-bench/gc0 .device-bench/gc1 .device-bench/g1/corpus.sha256
+rm -r .device-bench/corpus

@@ -59,6 +59,10 @@ W=/root/pydflash-dev
 REPO=$PWD
 mkdir -p $W
 
+join_halves() {  # PREFIX SHA_FILE: PREFIX.00 + PREFIX.01 (prepare_carry.sh's halves) into PREFIX, if the sha matches
+    cat "$1.00" "$1.01" > "$1.tmp" && sha256sum "$1.tmp" | cut -c1-64 | diff -q - "$2" > /dev/null && mv "$1.tmp" "$1"
+}
+
 use_build() {
     [ -f $W/configure.log ] || { echo "no build was started on this machine: run remote.sh part 0 and start first"; exit 1; }
     for _ in $(seq 1 110); do [ -f $W/build.rc ] && break; sleep 5; done
@@ -103,8 +107,7 @@ start)
     cp -r .device-bench/g1/* $W/
     [ -f $W/src.tgz.00 ] && [ -f $W/src.tgz.01 ] \
         || { echo "no llama.cpp source staged: run remote.sh part 0 and part 0b (carrying .device-bench/g0, g0b) first"; exit 1; }
-    cat $W/src.tgz.00 $W/src.tgz.01 > $W/src.tgz
-    sha256sum $W/src.tgz | cut -c1-64 | diff - $W/src.sha256 || { echo "the joined llama.cpp source is not the packed one"; exit 1; }
+    join_halves $W/src.tgz $W/src.sha256 || { echo "the joined llama.cpp source is not the packed one"; exit 1; }
     cd $W && mkdir -p site && tar xzf site.tgz -C site && tar xzf src.tgz
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $W/site whl/*.whl
     # our patches are already applied in the carried vendor tree. The CUDA-only ones (0006, 0007) are compiled first
@@ -162,8 +165,7 @@ print('--kv-streams' if r.get(('streams', 128), 1e9) < r.get(('unified', 128), 0
     fi
     if [ ! -f $W/prompts.jsonl.gz ]; then
         [ -f $W/prompts.jsonl.gz.00 ] && [ -f $W/prompts.jsonl.gz.01 ] || { echo "gen: stage the corpus first (part c0, part c1)"; exit 1; }
-        cat $W/prompts.jsonl.gz.00 $W/prompts.jsonl.gz.01 > $W/prompts.jsonl.gz
-        sha256sum $W/prompts.jsonl.gz | cut -c1-64 | diff - $W/corpus.sha256 || { rm $W/prompts.jsonl.gz; echo "gen: the joined corpus is not the packed one"; exit 1; }
+        join_halves $W/prompts.jsonl.gz $W/corpus.sha256 || { echo "gen: the joined corpus is not the packed one"; exit 1; }
     fi
     # GEN_RANGES="A:B,C:D" instead: one process per range of corpus lines (the unused gaps between earlier runs)
     ranges=${GEN_RANGES:-$(for i in $(seq 0 $((nproc - 1))); do echo -n "$((skip + i * span)):$((skip + (i + 1) * span)),"; done)}
