@@ -69,18 +69,25 @@ def main(what: str, path: str) -> None:
     np.save(sys.argv[3], np.stack(rows))
 
 
+def gpu_prefilled(path: str, rest: int, **params):
+    """(model, context, batch, tokens, n0) on the GPU: a short code prompt but its last `rest` tokens in the KV."""
+    model = Model(path, ModelParams(n_gpu_layers=-1))
+    ctx = Context(model, ContextParams(n_ctx=256, n_batch=64, n_ubatch=64, n_outputs_max=rest,
+                                       n_outputs_max_per_seq=rest, **params))
+    tokens = model.tokenize("def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fib")
+    n0 = len(tokens) - rest
+    b = TokenBatch(64)
+    b.add(tokens[:n0], 0, 0, False)
+    ctx.decode(b)
+    return model, ctx, b, tokens, n0
+
+
 def span12(path: str, out: str) -> None:
     """A verify-sized forward: 12 columns in every matmul, the case patches/0006 runs as MMVQ passes on Hopper."""
-    model = Model(path, ModelParams(n_gpu_layers=-1))
-    ctx = Context(model, ContextParams(n_ctx=256, n_batch=64, n_ubatch=64, n_outputs_max=12,
-                                       n_outputs_max_per_seq=12, backend_greedy=False))
-    tokens = model.tokenize("def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fib")
-    b = TokenBatch(64)
-    b.add(tokens[:-12], 0, 0, False)
-    ctx.decode(b)
+    model, ctx, b, tokens, n0 = gpu_prefilled(path, 12, backend_greedy=False)
     sys.stderr.write("@@ span\n")
     b.clear()
-    b.add(tokens[-12:], len(tokens) - 12, 0, True)
+    b.add(tokens[n0:], n0, 0, True)
     ctx.decode(b)
     sys.stderr.write("@@ done\n")
     np.save(out, np.stack([ctx.logits(i) for i in range(12)]))
@@ -92,13 +99,7 @@ def span12(path: str, out: str) -> None:
 def alternate(path: str) -> None:
     """Plain steps and 1 + 4-token verifies, alternating as speculative decoding does (patches/0007), each rolled back
     so that every step of a shape sees the same KV span."""
-    model = Model(path, ModelParams(n_gpu_layers=-1))
-    ctx = Context(model, ContextParams(n_ctx=256, n_batch=64, n_ubatch=64, n_outputs_max=5, n_outputs_max_per_seq=5))
-    tokens = model.tokenize("def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fib")
-    n0 = len(tokens) - 5
-    b = TokenBatch(64)
-    b.add(tokens[:n0], 0, 0, False)
-    ctx.decode(b)
+    model, ctx, b, tokens, n0 = gpu_prefilled(path, 5)
     picks = []
     for i in range(12):
         if i == 4:
