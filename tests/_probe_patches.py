@@ -83,14 +83,25 @@ def gpu_prefilled(path: str, rest: int, **params):
 
 
 def span12(path: str, out: str) -> None:
-    """A verify-sized forward: 12 columns in every matmul, the case patches/0006 runs as MMVQ passes on Hopper."""
+    """A verify-sized forward: 12 columns in every matmul, the case patches/0006 runs as MMVQ passes on Hopper. Then
+    the same 12 tokens one at a time (one column: MMVQ whatever the switch says), plain decoding's logits, as the
+    reference both paths of the span are measured against. Saved as (2, 12, n_vocab): span rows, one-token rows."""
     model, ctx, b, tokens, n0 = gpu_prefilled(path, 12, backend_greedy=False)
     sys.stderr.write("@@ span\n")
     b.clear()
     b.add(tokens[n0:], n0, 0, True)
     ctx.decode(b)
+    span = np.stack([ctx.logits(i) for i in range(12)])
+    sys.stderr.write("@@ one token at a time\n")
+    ctx.seq_rm(0, n0)
+    single = []
+    for i, t in enumerate(tokens[n0:]):
+        b.clear()
+        b.add([t], n0 + i, 0, True)
+        ctx.decode(b)
+        single.append(ctx.logits(0))
     sys.stderr.write("@@ done\n")
-    np.save(out, np.stack([ctx.logits(i) for i in range(12)]))
+    np.save(out, np.stack([span, np.stack(single)]))
     # freed before the interpreter exits rather than left to its teardown, with a CUDA backend behind them
     ctx.close()
     model.close()

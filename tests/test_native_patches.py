@@ -118,9 +118,12 @@ def test_feature_toggle_needs_no_reserve_and_stays_exact(tiny, tmp_path):
 @pytest.mark.real_model
 def test_hopper_runs_a_12_token_span_as_mmvq_passes(gemma_path, tmp_path):
     """patches/0006: on Hopper, a one-sequence span of 9..16 tokens (a verify, a DFlash block) multiplies Gemma's
-    quantized weights with MMVQ passes of up to 8 columns instead of MMQ (~2x cheaper for the 270M target on an
-    H200: docs/benchmarks.md), and GGML_CUDA_MMVQ_PASSES=0 gives upstream's MMQ back. Both paths must agree up to
-    rounding: every row's pick within the regret gate of the other path's logits. Skipped without a Hopper GPU."""
+    Q5_0 / K-quant weights with MMVQ passes of up to 8 columns instead of MMQ (the 270M target's 16-token verify
+    2.03 against 2.45 ms on an H200: docs/gpu_2026-12-02/), and GGML_CUDA_MMVQ_PASSES=0 gives upstream's MMQ back.
+    Measured against plain decoding's logits (the same tokens one at a time): every span row's pick within the regret
+    gate, and the passes no further from plain decoding than upstream's MMQ is. MMQ's own distance is the scale of
+    rounding here: on the H200 it reached 0.9 in far-tail logits, so a fixed bound would judge the wrong thing.
+    Skipped without a Hopper GPU."""
     from oracle import MAX_REGRET
 
     _, on = run_probe("span12", gemma_path, tmp_path / "on.npy")
@@ -129,11 +132,14 @@ def test_hopper_runs_a_12_token_span_as_mmvq_passes(gemma_path, tmp_path):
     assert any("columns as MMVQ passes" in ln for ln in on["span"]), on["span"][-20:]
     _, off = run_probe("span12", gemma_path, tmp_path / "off.npy", GGML_CUDA_MMVQ_PASSES="0")
     assert not any("MMVQ passes" in ln for ln in off["span"])
-    passes, mmq = np.load(tmp_path / "on.npy"), np.load(tmp_path / "off.npy")
-    assert passes.shape == mmq.shape == (12, passes.shape[1])
-    for a, b in zip(passes, mmq):
-        assert b.max() - b[a.argmax()] <= MAX_REGRET and a.max() - a[b.argmax()] <= MAX_REGRET
-        assert np.abs(a - b).max() < 1.0  # rounding, not another product
+    (passes, single), (mmq, single_off) = np.load(tmp_path / "on.npy"), np.load(tmp_path / "off.npy")
+    assert passes.shape == mmq.shape == single.shape == (12, passes.shape[1])
+    assert np.abs(single - single_off).max() < 1e-3  # one column: the same kernel whatever the switch says
+    for a, ref in zip(passes, single):
+        assert ref.max() - ref[a.argmax()] <= MAX_REGRET and a.max() - a[ref.argmax()] <= MAX_REGRET
+    err_passes, err_mmq = np.abs(passes - single).max(axis=1), np.abs(mmq - single).max(axis=1)
+    print("max |logit - plain decoding's| per row, passes:", err_passes.round(3), "MMQ:", err_mmq.round(3))
+    assert err_passes.max() <= 1.25 * max(err_mmq.max(), 0.1), (err_passes, err_mmq)  # rounding, not another product
 
 
 @pytest.mark.real_model
