@@ -128,10 +128,17 @@ def test_argparse_errors_are_one_line(tiny):
     _bad(run("-p", "a", "-f", "b"))  # mutually exclusive
 
 
+def _sigint_as_in_a_terminal() -> None:
+    """A shell without job control starts background commands with SIGINT ignored, their children inherit that,
+    and Python then installs no KeyboardInterrupt handler: a suite run with `make test &` saw the CLI ignore the
+    signal and finish its 3,000 tokens. A Ctrl-C comes from a terminal, where SIGINT has its default action."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_leaves_a_newline_and_exits_130(tiny):
     p = tiny("qwen3")
     proc = subprocess.Popen(CLI + ["-m", str(p.target), "-md", str(p.drafter), "-p", "hello", "-n", "3000"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_sigint_as_in_a_terminal)
     first = os.read(proc.stdout.fileno(), 1)  # text is streaming: the interrupt lands mid-generation
     assert first, proc.stderr.read().decode()
     proc.send_signal(signal.SIGINT)
