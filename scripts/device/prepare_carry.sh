@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Pack what a GPU run needs into .device-bench/ (git-ignored), one folder per device call. Each call sends the
-# working tree too (tracked + untracked-not-ignored files, ~60 MB with the drafter and the data runs) and the tool
-# refuses more than 64 MiB in all, so the model parts are sized to what the tree leaves (6 MB: 43 part calls, ~5 s
-# each).
+# working tree too (tracked + untracked-not-ignored files, 61.2 MB with the drafter and the data runs of 2026-12-02)
+# and the tool refuses more than 64 MiB in all, so the model parts are sized to what the tree leaves (4 MB then: 64
+# part calls, ~5 s each).
 #   g0, g0b: the trimmed vendor/llama.cpp source in two halves (a call each: with the tree it would not fit g1's)
 #   g1: pure-Python packages the device lacks (llama_cpp, gguf, diskcache)
-#       + wheels for Python 3.12 of the server's stack (fastapi and its opentelemetry-api, starlette,
-#       pydantic(-core), uvicorn, sse-starlette, annotated-types, typing-inspection, typing_extensions)
 #       + the commit at packing time (the tree itself travels with every call: name the commit again when you run)
+#   g1b: wheels for Python 3.12 of the server's stack (fastapi and its opentelemetry-api, starlette,
+#       pydantic(-core), uvicorn, sse-starlette, annotated-types, typing-inspection, typing_extensions), staged by
+#       a call of their own (`part 1b`) since the 61 MB tree of 2026-12-02 no longer fits beside them and g1
 #   g2..gN: the Gemma-3-270M GGUF in parts
 #   gc0, gc1: issue 14's prompt corpus for `remote.sh gen` in two halves (the pinned build: see the end)
 set -euo pipefail
@@ -17,7 +18,7 @@ halves() {  # FILE DIR_A DIR_B SHA_FILE: FILE's two halves as DIR_A/NAME.00 and 
     split -n 2 -d -a 2 "$1" "$2/$(basename "$1")." && mv "$2/$(basename "$1").01" "$3/" && rm "$1"
 }
 SITE=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-rm -rf .device-bench && mkdir -p .device-bench/g0 .device-bench/g0b .device-bench/g1/whl
+rm -rf .device-bench && mkdir -p .device-bench/g0 .device-bench/g0b .device-bench/g1 .device-bench/g1b/whl
 # ggml backends the CUDA build does not enable (ggml_add_backend adds a directory only when its GGML_<NAME> is on),
 # the tests (-DLLAMA_BUILD_TESTS=OFF), the examples (-DLLAMA_BUILD_EXAMPLES=OFF), the Python converters and the web
 # UI's sources (scripts/ui-assets.cmake reads them only for an npm build, and the build embeds no UI): the tree grows
@@ -44,7 +45,7 @@ PY
 )
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .device-bench/g1/whl $WHEELS 2>&1 | grep -v '^WARNING: Location' || true
+    --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .device-bench/g1b/whl $WHEELS 2>&1 | grep -v '^WARNING: Location' || true
 echo "$(git rev-parse --short HEAD)$(git status --porcelain --untracked-files=no | grep -q . && echo ' (+ uncommitted changes)')" \
     > .device-bench/g1/commit.txt
 MODEL=$(.venv/bin/python -c "from pydflash.defaults import gemma_target; print(gemma_target())")

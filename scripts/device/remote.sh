@@ -4,7 +4,8 @@
 #   remote.sh part 0, part 0b  stage g0 and g0b (the trimmed llama.cpp source's two halves): calls of their own,
 #                     since the tree (~60 MB with the drafter and the data) and the source (5.6 MB) do not fit one
 #                     call's 64 MiB together
-#   remote.sh start   unpack g1 (pure-Python packages, the server's wheels) and the staged source, start the CUDA
+#   remote.sh part 1b  stage g1b (the server's wheels), a call of its own: with the tree it would not fit g1's
+#   remote.sh start   unpack g1 (pure-Python packages), install the staged wheels and source, start the CUDA
 #                     build detached (survives the call), check that the server's imports resolve
 #   remote.sh part N  stash model part(s) from gN (N = 2 .. the last folder prepare_carry.sh made)
 #   remote.sh costs   wait for the build, assemble the model, scripts/step_costs.py with the batched argmax of
@@ -45,7 +46,7 @@
 #                     graphs (GGML_CUDA_GRAPH_KEY_SHAPES=0)
 #   remote.sh slots   scripts/bench_slots.py (issue 13's per-slot slope): KV pool vs streams, with patches/0005
 #                     and with upstream's per-row argmax (PYDFLASH_PER_ROW_GREEDY)
-# Order: part 0, part 0b, start (carrying g1 and head.tgz), part 2 .. part N (part c0, part c1 before gen), then the
+# Order: part 0, part 0b, part 1b, start (carrying g1 and head.tgz), part 2 .. part N (part c0, part c1 before gen), then the
 # steps above. Every step that needs the build fails at once if `start` never ran (a carry over the limit refuses the
 # call without running it).
 # Results go to $OUT; each of costs/bench/long/eval fits one 10-minute call.
@@ -107,6 +108,7 @@ start)
     cp -r .device-bench/g1/* $W/
     [ -f $W/src.tgz.00 ] && [ -f $W/src.tgz.01 ] \
         || { echo "no llama.cpp source staged: run remote.sh part 0 and part 0b (carrying .device-bench/g0, g0b) first"; exit 1; }
+    [ -d $W/whl ] || { echo "no wheels staged: run remote.sh part 1b (carrying .device-bench/g1b) first"; exit 1; }
     join_halves $W/src.tgz $W/src.sha256 || { echo "the joined llama.cpp source is not the packed one"; exit 1; }
     cd $W && mkdir -p site && tar xzf site.tgz -C site && tar xzf src.tgz
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $W/site whl/*.whl
@@ -124,7 +126,7 @@ start)
     PYTHONPATH=$W/site python3 -c 'import fastapi, starlette, pydantic, uvicorn, sse_starlette, prometheus_client
 import jinja2, httpx, gguf, numpy; print("imports ok", fastapi.__version__, pydantic.__version__)' 2>&1 || true ;;
 part)
-    cp .device-bench/g$2/* $W/ && ls $W | grep 'part\|src.tgz' | tr '\n' ' '; tail -c 200 $W/build.log 2>/dev/null || true; echo ;;
+    cp -r .device-bench/g$2/* $W/ && ls $W | grep 'part\|src.tgz' | tr '\n' ' '; tail -c 200 $W/build.log 2>/dev/null || true; echo ;;
 costs)
     use_build
     python3 scripts/step_costs.py --ngl -1 --out $OUT/step_costs_gpu.json
