@@ -120,3 +120,21 @@ def test_ctrl_c_inside_the_log_callback_is_not_lost(tiny, monkeypatch, capfd):
     b.add([8], 3, 0, True)
     ctx.decode(b)  # nothing left pending: the next call runs
     ctx.close()
+
+
+def test_step_bookkeeping_keeps_the_gil_and_forwards_release_it():
+    """The calls a step makes dozens of times (rollbacks, picks, feature rows) hold the GIL: in a server worker the
+    event loop's thread would otherwise take it at each one, and the engine thread waits up to the switch interval
+    to get it back. A forward must still let that thread run (it sends the streams meanwhile)."""
+    import ctypes
+
+    from pydflash.native import _lib
+
+    keeps = [_lib.memory_seq_rm, _lib.memory_seq_pos_max, _lib.memory_seq_pos_min, _lib.batch_ext_clear,
+             _lib.batch_ext_add_embd, _lib.batch_ext_set_pos, _lib.sampler_accept, _lib.vocab_is_eog,
+             _lib.get_sampled_token_ith, _lib.get_sampled_tokens, _lib.llama_get_embeddings_layer_inp,
+             _lib.llama_set_embeddings_layer_inp]
+    pythonapi = ctypes._FUNCFLAG_PYTHONAPI
+    assert all(fn._flags_ & pythonapi for fn in keeps)
+    assert not any(fn._flags_ & pythonapi for fn in (_lib.C.llama_decode, _lib.C.llama_process,
+                                                    _lib.C.llama_synchronize))

@@ -104,11 +104,19 @@ c_ctx_p = ctypes.c_void_p
 c_model_p = ctypes.c_void_p
 
 
-def _declare(name: str, argtypes: list, restype):
+# The same library through a PyDLL: its functions keep the GIL during the call. A CDLL function releases it and
+# takes it back on return, and in a server worker the event loop's thread, busy sending a step's 16 streams, can
+# hold it for up to sys.getswitchinterval() (5 ms) before the engine thread gets it back: with a few dozen such
+# calls per step (rollbacks, picks, feature rows) a step's host time tripled on this CPU. Only calls that return
+# in microseconds use it; a forward (llama_decode, llama_process) and state copies still let other threads run.
+_gil_lib = ctypes.PyDLL(lib._name, handle=lib._handle)
+
+
+def _declare(name: str, argtypes: list, restype, keep_gil: bool = False):
     try:
         # lib[name] makes a fresh function object: setting argtypes on getattr(lib, name) would change the one
         # llama-cpp-python's own wrappers share
-        fn = lib[name]
+        fn = (_gil_lib if keep_gil else lib)[name]
     except AttributeError as exc:  # an unpatched build exports these only under C++ mangled names
         raise NativeLibraryError(
             f"{name} is not exported by {LIB_DIR}/libllama.so; is patches/0002-c-linkage-for-dflash-ext-api applied?"
@@ -121,11 +129,11 @@ def _declare(name: str, argtypes: list, restype):
 # llama-ext.h, given C linkage by patches/0002.
 # void llama_set_embeddings_layer_inp(struct llama_context * ctx, uint32_t lid, bool value);
 llama_set_embeddings_layer_inp = _declare(
-    "llama_set_embeddings_layer_inp", [c_ctx_p, ctypes.c_uint32, ctypes.c_bool], None
+    "llama_set_embeddings_layer_inp", [c_ctx_p, ctypes.c_uint32, ctypes.c_bool], None, keep_gil=True
 )
 # float * llama_get_embeddings_layer_inp(struct llama_context * ctx, uint32_t lid);
 llama_get_embeddings_layer_inp = _declare(
-    "llama_get_embeddings_layer_inp", [c_ctx_p, ctypes.c_uint32], ctypes.POINTER(ctypes.c_float)
+    "llama_get_embeddings_layer_inp", [c_ctx_p, ctypes.c_uint32], ctypes.POINTER(ctypes.c_float), keep_gil=True
 )
 # const int32_t * llama_model_target_layer_ids(const struct llama_model * model);
 llama_model_target_layer_ids = _declare(
@@ -147,35 +155,54 @@ class EmbdRow(ctypes.Structure):
 
 
 # int32_t llama_batch_ext_add_embd(struct llama_batch_ext * batch, llama_seq_id seq_id, struct llama_embd embd);
-batch_ext_add_embd = _declare("llama_batch_ext_add_embd", [ctypes.c_void_p, ctypes.c_int32, EmbdRow], ctypes.c_int32)
+batch_ext_add_embd = _declare("llama_batch_ext_add_embd", [ctypes.c_void_p, ctypes.c_int32, EmbdRow], ctypes.c_int32,
+                              keep_gil=True)
 # bool llama_batch_ext_set_pos(struct llama_batch_ext * batch, int32_t idx, const llama_pos * pos);
 batch_ext_set_pos = _declare(
-    "llama_batch_ext_set_pos", [ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int32)], ctypes.c_bool
+    "llama_batch_ext_set_pos", [ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int32)], ctypes.c_bool,
+    keep_gil=True,
 )
 # llama_token llama_get_sampled_token_ith(struct llama_context * ctx, int32_t i);
-get_sampled_token_ith = _declare("llama_get_sampled_token_ith", [ctypes.c_void_p, ctypes.c_int32], ctypes.c_int32)
+get_sampled_token_ith = _declare("llama_get_sampled_token_ith", [ctypes.c_void_p, ctypes.c_int32], ctypes.c_int32,
+                                 keep_gil=True)
 # int32_t llama_get_sampled_tokens_ext(struct llama_context * ctx, const int32_t * idx, int32_t n, llama_token * out);
 # (patches/0008: n of the above in one call, one synchronization)
 get_sampled_tokens = _declare(
-    "llama_get_sampled_tokens_ext", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p], ctypes.c_int32
+    "llama_get_sampled_tokens_ext", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p], ctypes.c_int32,
+    keep_gil=True,  # the decode that made the outputs synchronized already: its synchronization returns at once
 )
 # Backend sampling outputs of a dist chain (rejection sampling reads p and q through these, llama.h):
 # float *  llama_get_sampled_probs_ith      (struct llama_context * ctx, int32_t i);
 get_sampled_probs_ith = _declare(
-    "llama_get_sampled_probs_ith", [ctypes.c_void_p, ctypes.c_int32], ctypes.POINTER(ctypes.c_float)
+    "llama_get_sampled_probs_ith", [ctypes.c_void_p, ctypes.c_int32], ctypes.POINTER(ctypes.c_float), keep_gil=True
 )
 # uint32_t llama_get_sampled_probs_count_ith(struct llama_context * ctx, int32_t i);
 get_sampled_probs_count_ith = _declare(
-    "llama_get_sampled_probs_count_ith", [ctypes.c_void_p, ctypes.c_int32], ctypes.c_uint32
+    "llama_get_sampled_probs_count_ith", [ctypes.c_void_p, ctypes.c_int32], ctypes.c_uint32, keep_gil=True
 )
 # llama_token * llama_get_sampled_candidates_ith      (struct llama_context * ctx, int32_t i);
 get_sampled_candidates_ith = _declare(
-    "llama_get_sampled_candidates_ith", [ctypes.c_void_p, ctypes.c_int32], ctypes.POINTER(ctypes.c_int32)
+    "llama_get_sampled_candidates_ith", [ctypes.c_void_p, ctypes.c_int32], ctypes.POINTER(ctypes.c_int32), keep_gil=True
 )
 # uint32_t      llama_get_sampled_candidates_count_ith(struct llama_context * ctx, int32_t i);
 get_sampled_candidates_count_ith = _declare(
-    "llama_get_sampled_candidates_count_ith", [ctypes.c_void_p, ctypes.c_int32], ctypes.c_uint32
+    "llama_get_sampled_candidates_count_ith", [ctypes.c_void_p, ctypes.c_int32], ctypes.c_uint32, keep_gil=True
 )
+# Bookkeeping of every step (llama.h), the same signatures as llama-cpp-python's, keeping the GIL (_gil_lib):
+# bool llama_memory_seq_rm(llama_memory_t mem, llama_seq_id seq_id, llama_pos p0, llama_pos p1);
+memory_seq_rm = _declare("llama_memory_seq_rm", [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32],
+                         ctypes.c_bool, keep_gil=True)
+# llama_pos llama_memory_seq_pos_max / _min(llama_memory_t mem, llama_seq_id seq_id);
+memory_seq_pos_max = _declare("llama_memory_seq_pos_max", [ctypes.c_void_p, ctypes.c_int32], ctypes.c_int32,
+                              keep_gil=True)
+memory_seq_pos_min = _declare("llama_memory_seq_pos_min", [ctypes.c_void_p, ctypes.c_int32], ctypes.c_int32,
+                              keep_gil=True)
+# void llama_batch_ext_clear(struct llama_batch_ext * batch);
+batch_ext_clear = _declare("llama_batch_ext_clear", [ctypes.c_void_p], None, keep_gil=True)
+# void llama_sampler_accept(struct llama_sampler * smpl, llama_token token);
+sampler_accept = _declare("llama_sampler_accept", [ctypes.c_void_p, ctypes.c_int32], None, keep_gil=True)
+# bool llama_vocab_is_eog(const struct llama_vocab * vocab, llama_token token);
+vocab_is_eog = _declare("llama_vocab_is_eog", [ctypes.c_void_p, ctypes.c_int32], ctypes.c_bool, keep_gil=True)
 
 _backend_ready = False
 

@@ -16,9 +16,10 @@ import numpy as np
 
 from ..errors import DecodeError, InvalidBatch, KVSlotFull, RollbackError
 from ._lib import (
-    C, EmbdRow, batch_ext_add_embd, batch_ext_set_pos, get_sampled_candidates_count_ith, get_sampled_candidates_ith,
-    get_sampled_probs_count_ith, get_sampled_probs_ith, get_sampled_token_ith, get_sampled_tokens,
-    llama_get_embeddings_layer_inp, llama_set_embeddings_layer_inp, raise_if_interrupted,
+    C, EmbdRow, batch_ext_add_embd, batch_ext_clear, batch_ext_set_pos, get_sampled_candidates_count_ith,
+    get_sampled_candidates_ith, get_sampled_probs_count_ith, get_sampled_probs_ith, get_sampled_token_ith,
+    get_sampled_tokens, llama_get_embeddings_layer_inp, llama_set_embeddings_layer_inp, memory_seq_pos_max,
+    memory_seq_pos_min, memory_seq_rm, raise_if_interrupted, sampler_accept,
 )
 from .handles import ContextParams, Model
 
@@ -202,7 +203,7 @@ class Context:
         if cur is None or cur[0][0] == "greedy":
             return
         for tok in tokens:
-            C.llama_sampler_accept(cur[1], tok)
+            sampler_accept(cur[1], tok)
 
     # --- decoding -------------------------------------------------------------------------------------
     def decode(self, batch: TokenBatch) -> None:
@@ -248,7 +249,7 @@ class Context:
         if self._ext is None:
             self._ext = C.llama_batch_ext_init(self._ptr)
         ext = self._ext
-        C.llama_batch_ext_clear(ext)
+        batch_ext_clear(ext)
         width, base, stride = rows.shape[1], rows.ctypes.data, rows.strides[0]
         pos = (ctypes.c_int32 * 4)()  # M-RoPE drafters read 3 position rows; others read the first
         for i, (p, seq) in enumerate(zip(positions.tolist(), seq_ids.tolist())):
@@ -368,16 +369,16 @@ class Context:
     def seq_rm(self, seq_id: int, p0: int, p1: int = -1) -> None:
         """Remove positions [p0, p1) of a sequence. Some memory types cannot drop a partial range: raise."""
         self.n_writes += 1
-        if not C.llama_memory_seq_rm(self._mem, seq_id, p0, p1):
+        if not memory_seq_rm(self._mem, seq_id, p0, p1):
             raise RollbackError(f"memory refused to remove positions [{p0}, {p1}) of sequence {seq_id}")
 
     def seq_pos_max(self, seq_id: int) -> int:
         """Largest position held for the sequence, -1 when empty."""
-        return C.llama_memory_seq_pos_max(self._mem, seq_id)
+        return memory_seq_pos_max(self._mem, seq_id)
 
     def seq_pos_min(self, seq_id: int) -> int:
         """Smallest position held for the sequence, -1 when empty."""
-        return C.llama_memory_seq_pos_min(self._mem, seq_id)
+        return memory_seq_pos_min(self._mem, seq_id)
 
     def clear(self) -> None:
         self.n_writes += 1

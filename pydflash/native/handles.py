@@ -13,7 +13,9 @@ from typing import Mapping, Union
 
 
 from ..errors import ModelLoadError
-from ._lib import C, ensure_backend, last_error, llama_model_target_layer_ids, llama_model_target_layer_ids_n
+from ._lib import (
+    C, ensure_backend, last_error, llama_model_target_layer_ids, llama_model_target_layer_ids_n, vocab_is_eog,
+)
 
 GGUF_MAGIC = b"GGUF"
 KVValue = Union[bool, int, float, str]
@@ -152,7 +154,7 @@ class Model:
         return C.llama_vocab_mask(self._vocab)
 
     def is_eog(self, token: int) -> bool:
-        return bool(C.llama_vocab_is_eog(self._vocab, token))
+        return vocab_is_eog(self._vocab, token)
 
     def token_text(self, token: int) -> bytes:
         return C.llama_vocab_get_text(self._vocab, token) or b""

@@ -36,6 +36,11 @@ log = logging.getLogger(__name__)
 EXIT_ENGINE_DEAD = 70
 EXIT_LOAD_FAILED = 3
 DEATH_GRACE_S = 1.0  # time for the failed requests' error events to reach their clients
+# The engine thread and the event loop share the GIL. When a forward returns, the engine thread waits for it
+# while the event loop sends the last step's frames, up to the switch interval (Python's default: 5 ms, a whole
+# GPU step at 16 slots) before the loop is made to let go; a shorter interval bounds that wait, and the frames
+# still go out during the next forward. PYDFLASH_SWITCH_INTERVAL_MS overrides it (0: Python's default).
+SWITCH_INTERVAL_MS = 0.5
 
 
 def load_engine(preset: Preset):
@@ -137,6 +142,9 @@ def main(argv=None) -> None:
     # thread's Python stack to stderr, where the router's exit report reads the last words
     faulthandler.enable()
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s worker %(name)s %(levelname)s %(message)s")
+    interval_ms = float(os.environ.get("PYDFLASH_SWITCH_INTERVAL_MS", SWITCH_INTERVAL_MS))
+    if interval_ms > 0:
+        sys.setswitchinterval(interval_ms / 1000)
     preset = Preset.from_json(args.preset)
     try:
         app = create_worker_app(preset)
