@@ -47,12 +47,18 @@ def test_slot_file_save_restore_and_refusals(qwen, tiny, tmp_path):
     snap = slotfile.load(good, eng.prompt_cache.digests)
     snap.features.drafter_len -= 3  # bookkeeping that disagrees with the drafter state it ships with
     bad["size mismatch"] = slotfile.dump(snap, eng.prompt_cache.digests)
+    snap = slotfile.load(good, eng.prompt_cache.digests)
+    assert len(snap.features.positions)  # the last step's features, not injected yet
+    snap.features.positions = snap.features.positions + 1  # pending rows that skip a position
+    bad["feature positions"] = slotfile.dump(snap, eng.prompt_cache.digests)
     g3 = tiny("gemma3")
     foreign = Engine(load_pair(g3.target, g3.drafter), cfg)
     foreign.generate(q, max_tokens=4, ignore_eos=True)
     fseq = next(i for i, r in enumerate(foreign.prompt_cache.resident) if r is not None)
     foreign.save_slot(fseq, tmp_path / "foreign.slot")
     bad["foreign"] = (tmp_path / "foreign.slot").read_bytes()
+    with pytest.raises(CacheFileError, match="feature positions"):
+        slotfile.load(bad["feature positions"], eng.prompt_cache.digests)
     for why, data in bad.items():
         (tmp_path / "bad.slot").write_bytes(data)
         with pytest.raises(CacheFileError):

@@ -132,7 +132,7 @@ def test_step_bookkeeping_keeps_the_gil_and_forwards_release_it():
 
     keeps = [_lib.memory_seq_rm, _lib.memory_seq_pos_max, _lib.memory_seq_pos_min, _lib.batch_ext_clear,
              _lib.batch_ext_add_embd, _lib.batch_ext_set_pos, _lib.sampler_accept, _lib.vocab_is_eog,
-             _lib.get_sampled_token_ith, _lib.get_sampled_tokens, _lib.llama_get_embeddings_layer_inp,
+             _lib.get_sampled_token_ith, _lib.get_sampled_tokens, _lib.embeddings_layer_inp_addr,
              _lib.llama_set_embeddings_layer_inp]
     pythonapi = ctypes._FUNCFLAG_PYTHONAPI
     assert all(fn._flags_ & pythonapi for fn in keeps)

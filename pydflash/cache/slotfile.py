@@ -95,6 +95,9 @@ def load(data: bytes, digests: tuple[str, str]) -> Snapshot:
     rows = rows.reshape(rows_shape)
     if len(positions) != rows_shape[0] or not 0 <= base <= dlen <= n_tokens:
         raise CacheFileError("slot file feature bookkeeping is inconsistent")
+    # pending rows continue the drafter's context position by position (the engine checks only a part's ends)
+    if not np.array_equal(positions, np.arange(dlen, dlen + len(positions))) or dlen + len(positions) > n_tokens:
+        raise CacheFileError("slot file feature positions do not continue the drafter's context")
     feats = Features(drafter_base=base, drafter_len=dlen, gap=gap, rows=rows, positions=positions)
     checkpoints = [Checkpoint(n, m, bytes(b)) for (n, m), b in zip(ckpts, blobs[5:])]
     return Snapshot(tokens, feats, swa_min=swa_min, checkpoints=checkpoints, target=bytes(blobs[1]),

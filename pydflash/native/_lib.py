@@ -135,6 +135,11 @@ llama_set_embeddings_layer_inp = _declare(
 llama_get_embeddings_layer_inp = _declare(
     "llama_get_embeddings_layer_inp", [c_ctx_p, ctypes.c_uint32], ctypes.POINTER(ctypes.c_float), keep_gil=True
 )
+# the same, as an address (an int): the engine reads it for every layer in every step, and only compares it with
+# the last one unless llama.cpp moved the buffer
+embeddings_layer_inp_addr = _declare(
+    "llama_get_embeddings_layer_inp", [c_ctx_p, ctypes.c_uint32], ctypes.c_void_p, keep_gil=True
+)
 # const int32_t * llama_model_target_layer_ids(const struct llama_model * model);
 llama_model_target_layer_ids = _declare(
     "llama_model_target_layer_ids", [c_model_p], ctypes.POINTER(ctypes.c_int32)

@@ -16,10 +16,10 @@ import numpy as np
 
 from ..errors import DecodeError, InvalidBatch, KVSlotFull, RollbackError
 from ._lib import (
-    C, EmbdRow, batch_ext_add_embd, batch_ext_clear, batch_ext_set_pos, get_sampled_candidates_count_ith,
-    get_sampled_candidates_ith, get_sampled_probs_count_ith, get_sampled_probs_ith, get_sampled_token_ith,
-    get_sampled_tokens, llama_get_embeddings_layer_inp, llama_set_embeddings_layer_inp, memory_seq_pos_max,
-    memory_seq_pos_min, memory_seq_rm, raise_if_interrupted, sampler_accept,
+    C, EmbdRow, batch_ext_add_embd, batch_ext_clear, batch_ext_set_pos, embeddings_layer_inp_addr,
+    get_sampled_candidates_count_ith, get_sampled_candidates_ith, get_sampled_probs_count_ith, get_sampled_probs_ith,
+    get_sampled_token_ith, get_sampled_tokens, llama_set_embeddings_layer_inp, memory_seq_pos_max, memory_seq_pos_min,
+    memory_seq_rm, raise_if_interrupted, sampler_accept,
 )
 from .handles import ContextParams, Model
 
@@ -63,9 +63,11 @@ class TokenBatch:
         self._seq_ptrs = [self._b.seq_id[i] for i in range(capacity)]
         self.n_seq[:] = 1
         self.n = 0
+        self.n_outputs = 0  # rows marked as outputs: decode waits for the backend only when there are some
 
     def clear(self) -> None:
         self.n = 0
+        self.n_outputs = 0
 
     def add(self, tokens: Sequence[int], pos0: int, seq_id: int, logits: bool | Sequence[bool]) -> int:
         """Append tokens at positions pos0.. for one sequence; returns the batch index of the first one."""
@@ -75,7 +77,13 @@ class TokenBatch:
             raise ValueError(f"batch capacity {self.capacity} exceeded ({start + k} tokens)")
         self.token[start : start + k] = tokens
         self.pos[start : start + k] = np.arange(pos0, pos0 + k, dtype=np.int32)
-        self.logits[start : start + k] = np.asarray(logits, dtype=np.int8) if not isinstance(logits, bool) else int(logits)
+        if isinstance(logits, bool):
+            self.logits[start : start + k] = int(logits)
+            self.n_outputs += k if logits else 0
+        else:
+            flags = np.asarray(logits, dtype=np.int8)
+            self.logits[start : start + k] = flags
+            self.n_outputs += int(np.count_nonzero(flags))
         for i in range(start, start + k):
             self._seq_ptrs[i][0] = seq_id
         self.n = start + k
@@ -216,7 +224,7 @@ class Context:
         rc = C.llama_decode(self._ptr, batch.native())
         self.n_decodes += 1
         self.n_writes += 1
-        if batch.n and batch.logits[: batch.n].any():
+        if batch.n_outputs:
             C.llama_synchronize(self._ptr)  # outputs are read next: count the wait as native time
         self.t_native += time.perf_counter() - t
         _raise_for(rc, "llama_decode")
@@ -226,6 +234,8 @@ class Context:
         for a row it did not sample, and CUDA's argmax for a row of NaN/-inf logits) as "no token" and fails the
         whole batch with "all entries in the batch must have the same content types"; name the culprit instead."""
         toks = batch.token[: batch.n]
+        if toks.min() >= 0 and toks.max() < self.n_vocab:  # two reductions: the index is looked for only if needed
+            return
         bad = np.flatnonzero((toks < 0) | (toks >= self.n_vocab))
         if len(bad):
             i = int(bad[0])
@@ -354,14 +364,14 @@ class Context:
     def _feature_view(self, lid: int) -> np.ndarray:
         """A numpy view of one layer's feature buffer, rebuilt only when llama.cpp moves the buffer: building one
         costs more than the copy itself for a one-token step."""
-        ptr = llama_get_embeddings_layer_inp(self._ptr, lid)
-        addr = ctypes.cast(ptr, ctypes.c_void_p).value if ptr else None
+        addr = embeddings_layer_inp_addr(self._ptr, lid)
         if not addr:
             raise DecodeError(-1, f"layer {lid} input was not extracted")
         cached = self._feature_views.get(lid)
         if cached is None or cached[0] != addr:
             n_embd = self.model.n_embd
-            view = np.ctypeslib.as_array(ptr, shape=(C.llama_n_batch(self._ptr), n_embd))  # rows per layer
+            rows = C.llama_n_batch(self._ptr)  # rows per layer
+            view = np.ctypeslib.as_array((ctypes.c_float * (rows * n_embd)).from_address(addr)).reshape(rows, n_embd)
             cached = self._feature_views[lid] = (addr, view)
         return cached[1]
 
