@@ -14,7 +14,8 @@ Conditions (ids for --only / --skip, which take comma-separated fnmatch patterns
 
 Both servers get the same model files, slots (``-np`` = the largest client count), context per slot (native
 ``-c`` is the total, split over the slots, so it gets ``ctx * np``), threads and GPU layers. Each condition starts
-its own server, waits for ``/health``, and for each concurrency level C runs one untimed warm-up round, then
+its own server, waits for ``/health``, and for each concurrency level C runs one untimed warm-up round (as many
+requests as a timed one, unless ``--warmup-requests``), then
 ``--rounds`` timed rounds in which C clients each send ``--requests`` streamed ``/v1/completions`` one after
 another (more at low concurrency, so that a round holds at least ``--min-round-requests``; temperature 0,
 ``ignore_eos``, ``max_tokens`` = ``--tokens``, ``cache_prompt`` false unless ``--cache-prompt``: both servers read
@@ -247,9 +248,17 @@ async def run_level(base: str, prompts: list[list[int]], clients: int, a: argpar
         requests = requests_at(a, clients)
         per_round = clients * requests
         # untimed: CUDA graphs for this batch size, adaptive drafting's cost calibration, the prompt caches
-        await run_round(client, prompts, 0, clients, 1, a)
+        await run_round(client, prompts, 0, clients, warmup_requests(a, requests), a)
         return [await run_round(client, prompts, r * per_round, clients, requests, a)
                 for r in range(a.rounds)]
+
+
+def warmup_requests(a: argparse.Namespace, requests: int) -> int:
+    """Requests per client in a level's untimed warm-up round: --warmup-requests, or as many as a timed round.
+    One each was too short on the H200 (2026-12-02): adaptive drafting's first probe at a new concurrency, with
+    the drafter shapes it first runs there, fell into the first timed round of the useless drafter at 4 and 16
+    clients (0.14 and 0.48 ms of drafter time per step there, ~0.005 in the other rounds)."""
+    return getattr(a, "warmup_requests", 0) or requests
 
 
 def summarize(rounds: list[dict]) -> dict:
@@ -334,7 +343,7 @@ async def interleaved_level(bases: dict[str, str], prompts: list[list[int]], cli
             for cid in live[shift:] + live[:shift]:
                 try:
                     if r < 0:
-                        await run_round(clients_of[cid], prompts, 0, clients, 1, a)
+                        await run_round(clients_of[cid], prompts, 0, clients, warmup_requests(a, requests), a)
                     else:
                         rounds[cid].append(await run_round(clients_of[cid], prompts, r * per_round, clients,
                                                            requests, a))
@@ -493,6 +502,16 @@ def per_client(p: dict) -> str:
     return ", ".join(f"{n} at c{c}" for c, n in per.items())
 
 
+def warmup_words(p: dict) -> str:
+    """What a level's warm-up round sent; runs before 2026-12-02 recorded none: one request per client."""
+    per = p.get("warmup_requests_per_client")
+    if not per:
+        return "one request per client"
+    if per == p.get("requests_per_client"):
+        return "as many requests as a timed round"
+    return ", ".join(f"{n} per client at c{c}" for c, n in per.items())
+
+
 def table_head(levels: list[int]) -> list[str]:
     """The header rows of a table with one column per concurrency level."""
     return ["| condition | " + " | ".join(f"c{c}" for c in levels) + " |", "|---|" + "---|" * len(levels)]
@@ -510,7 +529,8 @@ def markdown(report: dict) -> str:
         f"(vendored, with patches/). Gemma-3-270M Q4_K_M target; the shipped drafter {SHIPPED_DRAFTER.name}. "
         f"Held-out code prompts ({p['prompt_tokens']} tokens), temperature 0, ignore_eos, "
         f"cache_prompt {str(p.get('cache_prompt')).lower()}, max_tokens {p['tokens']}; each of C clients sends "
-        f"{per_client(p)} streamed /v1/completions per round, one untimed warm-up round per level, then "
+        f"{per_client(p)} streamed /v1/completions per round, one untimed warm-up round per level "
+        f"({warmup_words(p)}), then "
         f"{p['rounds']} timed round{'s' if p['rounds'] > 1 else ''}. Native DFlash drafts "
         f"{p.get('native_draft_max', '?')} tokens per step (`--spec-draft-n-max`). Both servers: {max(levels)} "
         f"slots, {p['ctx']} tokens of context per slot, {p['threads']} threads, ngl {p['ngl']}."
@@ -658,6 +678,8 @@ def main(argv=None) -> int:
     ap.add_argument("--clients", default="1,4,8,16", help="concurrency levels")
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds per level")
     ap.add_argument("--requests", type=int, default=2, help="requests per client per round")
+    ap.add_argument("--warmup-requests", type=int, default=0,
+                    help="requests per client in each level's untimed warm-up round (0: as in a timed round)")
     ap.add_argument("--min-round-requests", type=int, default=8,
                     help="at low concurrency, more requests per client, so that every round holds at least this many")
     ap.add_argument("--tokens", type=int, default=256, help="max_tokens of each request (ignore_eos)")
@@ -716,7 +738,8 @@ def main(argv=None) -> int:
                    "requests_per_client": {str(c): requests_at(a, c) for c in a.clients}, "tokens": a.tokens,
                    "ctx": a.ctx, "threads": a.threads, "ngl": a.ngl, "native_draft_max": a.native_draft_max,
                    "prompts": "heldout_eval.npz code_tokens", "cache_prompt": a.cache_prompt,
-                   "interleave": a.interleave,
+                   "interleave": a.interleave, "warmup_requests_per_client": {
+                       str(c): warmup_requests(a, requests_at(a, c)) for c in a.clients},
                    "prompt_tokens": len(prompts[0])},
         "commands": ["python " + shlex.join(["scripts/bench_http.py", *(sys.argv[1:] if argv is None else argv)])],
         "conditions": {},

@@ -49,6 +49,22 @@ def test_rounds_alternate_across_servers_and_a_failing_server_sits_out():
     assert all(r["completion_tokens"] == 4 for r in rounds["a"])
 
 
+def test_a_warm_up_round_sends_what_a_timed_round_sends_unless_told():
+    sent = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content)["prompt"][0])
+        return httpx.Response(200, content=sse(4), headers={"content-type": "text/event-stream"})
+
+    prompts = [[k] for k in range(100)]
+    for warmup, expect in ((0, 4), (1, 2)):
+        sent.clear()
+        a = argparse.Namespace(request_timeout=10.0, rounds=1, requests=2, tokens=4, cache_prompt=False,
+                               warmup_requests=warmup)
+        asyncio.run(bench_http.interleaved_level({"a": "http://a"}, prompts, 2, a, httpx.MockTransport(handler)))
+        assert len(sent) - 4 == expect  # the timed round: 2 clients x 2 requests
+
+
 def level(median: float) -> dict:
     return {"tok_per_s": {"median": median, "min": median, "max": median}}
 

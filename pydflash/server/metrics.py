@@ -80,6 +80,24 @@ def process_dead(pid: int) -> None:
     multiprocess.mark_process_dead(pid)
 
 
+def observe_n(hist, amount: float, n: int) -> None:
+    """``hist.observe(amount)`` n times, as one update of the sum and of one bucket. A step of 16 drafting slots
+    commits ~130 tokens, and each observation is an mmap write in multiprocess mode (~3.5 us on a CPU core), on the
+    engine thread. prometheus_client has no weighted observe: this uses its Histogram's own fields, as observe()
+    does, and falls back to observe() should they change."""
+    try:
+        bounds, buckets, total = hist._upper_bounds, hist._buckets, hist._sum
+    except AttributeError:
+        for _ in range(n):
+            hist.observe(amount)
+        return
+    total.inc(amount * n)
+    for bound, bucket in zip(bounds, buckets):
+        if amount <= bound:
+            bucket.inc(n)
+            break
+
+
 CACHE_READ_EVERY_S = 0.25  # prompt-cache metrics are read this often while steps run, and when a request ends
 
 
@@ -120,9 +138,7 @@ class StepRecorder:
                     if t0 is not None:
                         self._ttft.observe(now - t0)
                 else:
-                    gap = (now - last) / len(ev.tokens)
-                    for _ in ev.tokens:
-                        self._itl.observe(gap)
+                    observe_n(self._itl, (now - last) / len(ev.tokens), len(ev.tokens))
                 self._last[ev.request_id] = now
             if ev.finished:
                 self.forget(ev.request_id)
