@@ -106,9 +106,10 @@ c_model_p = ctypes.c_void_p
 
 # The same library through a PyDLL: its functions keep the GIL during the call. A CDLL function releases it and
 # takes it back on return, and in a server worker the event loop's thread, busy sending a step's 16 streams, can
-# hold it for up to sys.getswitchinterval() (5 ms) before the engine thread gets it back: with a few dozen such
-# calls per step (rollbacks, picks, feature rows) a step's host time tripled on this CPU. Only calls that return
-# in microseconds use it; a forward (llama_decode, llama_process) and state copies still let other threads run.
+# hold it for up to sys.getswitchinterval() before the engine thread gets it back. A 16-slot step makes a few dozen
+# such calls (rollbacks, picks, feature rows): beside a thread busy with Python, its commit took 2.2-3.0 ms with
+# CDLL bindings against 0.9-1.0 ms with these on the development CPU. Only calls that return in microseconds use
+# it; a forward (llama_decode, llama_process) and state copies still let other threads run.
 _gil_lib = ctypes.PyDLL(lib._name, handle=lib._handle)
 
 
