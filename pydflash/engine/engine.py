@@ -21,7 +21,7 @@ import logging
 import random
 import time
 from collections import deque
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 import numpy as np
 
@@ -96,6 +96,9 @@ class Engine:
             self.synth_p = synthetic_rate(config.synth_len, self.default_draft)
         self.prompt_cache = PromptCache(self, cache or CacheConfig())  # prefix reuse, RAM cache, SWA checkpoints
         self._rngs: dict[int, random.Random] = {}  # slot seq -> its request's host stream (rejection sampling)
+        # The owner's hook right before each step's target forward (the server delivers the last step's events
+        # there, see server/loop.py); None: nothing
+        self.before_verify: Optional[Callable[[], None]] = None
 
     # --- requests -------------------------------------------------------------------------------------
     def _clamp_draft(self, k: Optional[int]) -> int:
@@ -184,6 +187,7 @@ class Engine:
         chunks = self._prefill_chunks(plan, prefilling)
         self._extract_features_if_needed(plan, chunks, features)
         drafts = self.drafter.propose(plan + [(s, 0) for s in prefilling]) if self.drafter else {}  # propose
+        self._before_verify()
         verdicts = self.verifier.verify([(s, drafts.get(s.seq, [])) for s in running], chunks)  # verify (+ prefill)
         for slot, chunk in chunks:
             self._prefilled(slot, len(chunk), *verdicts[slot.seq])
@@ -191,6 +195,12 @@ class Engine:
         events = [self._commit(s, drafts.get(s.seq, []), *verdicts[s.seq]) for s in running]  # accept + commit
         self._account(plan, prefilling, clock, time.perf_counter() - t_commit)
         return events
+
+    def _before_verify(self) -> None:
+        """The target forward is a step's longest native call, and the GIL is free while it runs: work another
+        thread does then (the server's streams) does not hold this thread up."""
+        if self.before_verify is not None:
+            self.before_verify()
 
     def _prefill_chunks(self, plan: list[tuple[Slot, int]], prefilling: list[Slot]) -> list[tuple[Slot, list[int]]]:
         """The next prompt chunk of each prefilling slot, oldest admission first, in what the target batch has

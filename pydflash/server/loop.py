@@ -98,6 +98,11 @@ class EngineLoop:
         self._cmds: queue.SimpleQueue = queue.SimpleQueue()
         self._sinks: dict[int, Sink] = {}
         self._stop = False
+        # a step's replies, sent when the next step's target forward starts (or at once when no step follows): the
+        # event loop then writes the streams while this thread waits on the GPU instead of holding up its Python
+        # work between native calls, which it did for ~2.5 ms of a 20 ms step at 16 streams on the H200
+        self._undelivered: list[tuple[Sink, tuple]] = []
+        engine.before_verify = self._deliver
         self.last_step = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
 
@@ -144,15 +149,23 @@ class EngineLoop:
                 if self.engine.has_work and not self._stop:
                     events = self.engine.step()
                     self.last_step = time.monotonic()
-                    Sink.put_all([d for d in map(self._delivery, events) if d is not None])
+                    self._undelivered += [d for d in map(self._delivery, events) if d is not None]
+                if not self.engine.has_work or self._stop:  # no forward follows to send them in
+                    self._deliver()
                 if self.on_step is not None:  # also when idle: gauges follow cancellations
                     self.on_step(self.engine, events)
         except BaseException as exc:  # an engine failure: fail everyone, then let the worker die
             log.exception("engine loop failed")
+            self._deliver()  # what the steps before produced, then the error
             self.dead = exc
             self._fail_all(exc)
             if self.on_death is not None:
                 self.on_death(exc)
+
+    def _deliver(self) -> None:
+        if self._undelivered:
+            items, self._undelivered = self._undelivered, []
+            Sink.put_all(items)
 
     def _drain(self, block: bool) -> None:
         try:
