@@ -99,8 +99,9 @@ class EngineLoop:
         self._sinks: dict[int, Sink] = {}
         self._stop = False
         # a step's replies, sent when the next step's target forward starts (or at once when no step follows): the
-        # event loop then writes the streams while this thread waits on the GPU instead of holding up its Python
-        # work between native calls, which it did for ~2.5 ms of a 20 ms step at 16 streams on the H200
+        # event loop then writes the streams while this thread waits on the GPU, not while it runs Python between
+        # native calls (on the H200 at 16 streams the host part of a step was ~2.8x its in-process cost; this alone
+        # did not change that measurably: docs/gpu_2026-12-02-b)
         self._undelivered: list[tuple[Sink, tuple]] = []
         engine.before_verify = self._deliver
         self.last_step = time.monotonic()
