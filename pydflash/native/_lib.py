@@ -132,12 +132,9 @@ def _declare(name: str, argtypes: list, restype, keep_gil: bool = False):
 llama_set_embeddings_layer_inp = _declare(
     "llama_set_embeddings_layer_inp", [c_ctx_p, ctypes.c_uint32, ctypes.c_bool], None, keep_gil=True
 )
-# float * llama_get_embeddings_layer_inp(struct llama_context * ctx, uint32_t lid);
-llama_get_embeddings_layer_inp = _declare(
-    "llama_get_embeddings_layer_inp", [c_ctx_p, ctypes.c_uint32], ctypes.POINTER(ctypes.c_float), keep_gil=True
-)
-# the same, as an address (an int): the engine reads it for every layer in every step, and only compares it with
-# the last one unless llama.cpp moved the buffer
+# float * llama_get_embeddings_layer_inp(struct llama_context * ctx, uint32_t lid), returned as an address (an int):
+# the engine reads it for every layer in every step, and only compares it with the last one unless llama.cpp moved
+# the buffer
 embeddings_layer_inp_addr = _declare(
     "llama_get_embeddings_layer_inp", [c_ctx_p, ctypes.c_uint32], ctypes.c_void_p, keep_gil=True
 )
