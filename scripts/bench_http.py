@@ -93,6 +93,7 @@ class Condition:
     label: str
     args: tuple[str, ...] = ()  # added after the shared flags
     drafter: str = ""  # "", "shipped" or "random": which -md the condition gets
+    env: tuple[tuple[str, str], ...] = ()  # the server's environment on top of this process's
 
 
 # native drafts --spec-draft-n-max tokens per step, 3 by default; server_args() adds it (the trained block - 1 = 15,
@@ -109,6 +110,11 @@ CONDITIONS = [
       for n in (1, 4, 8)),
     Condition("py-dflash", "pydflash", "pydflash, shipped drafter, adaptive", (), "shipped"),
     Condition("py-random", "pydflash", "pydflash, random drafter, adaptive", (), "random"),
+    # the engine on a thread of the worker, as before it had a process of its own (server/core.py): for the A/B
+    *(Condition(f"{c}-thread", "pydflash", f"{label}, engine thread in the worker", args, drafter,
+                (("PYDFLASH_ENGINE_PROCESS", "0"),))
+      for c, label, args, drafter in (("py-plain", "pydflash plain", ("--no-spec",), ""),
+                                      ("py-synth8", "pydflash, synthetic L=8", ("--spec-synth-len", "8"), "shipped"))),
 ]
 
 # (the words, condition, clients (None = every level), reference condition, comparison, bound)
@@ -279,12 +285,12 @@ def start_condition(cond: Condition, a: argparse.Namespace, target: str, drafter
     log_path = log_dir / f"{cond.id}.log"
     res: dict = {"label": cond.label, "server": cond.server, "levels": {}}
     try:
-        server = Server(args, log_path, a.ready_timeout, program=program)
+        server = Server(args, log_path, a.ready_timeout, program=program, env=dict(cond.env))
     except ServerStartError as exc:
         res["command"] = None
         res["error"] = f"{exc}: {log_tail(log_path)}"
         return res, None
-    res["command"] = shlex.join(server.cmd)
+    res["command"] = shlex.join([f"{k}={v}" for k, v in cond.env] + server.cmd)
     if cond.server == "native":  # the build string the binary reports (its commit is "unknown" off git)
         try:
             res["build_info"] = httpx.get(server.base + "/props", timeout=10).json().get("build_info")

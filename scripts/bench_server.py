@@ -296,14 +296,14 @@ class Server:
     (scripts/bench_http.py passes a native llama-server binary)."""
 
     def __init__(self, args: list[str], log_path: pathlib.Path, ready_timeout: float,
-                 program: list[str] | None = None):
+                 program: list[str] | None = None, env: dict[str, str] | None = None):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         program = program or [sys.executable, "-m", "pydflash.cli.server"]
         self.cmd = [*program, "--port", str(self.port), *args]
         self.log = open(log_path, "wb")
         self.proc = subprocess.Popen(self.cmd, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                                     start_new_session=True, env={**os.environ, **(env or {})})
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -95,7 +95,14 @@ class Server:
         return total
 
     def worker_pids(self) -> list[int]:
-        out = subprocess.run(["pgrep", "-f", "-g", str(os.getpgid(self.proc.pid)), "pydflash.server.worker"],
+        return self._pids("pydflash.server.worker")
+
+    def engine_pids(self) -> list[int]:
+        """The workers' engine processes (server/core.py)."""
+        return self._pids("pydflash.server.core")
+
+    def _pids(self, module: str) -> list[int]:
+        out = subprocess.run(["pgrep", "-f", "-g", str(os.getpgid(self.proc.pid)), module],
                              capture_output=True, text=True).stdout
         return [int(x) for x in out.split()]
 

@@ -94,11 +94,34 @@ def worker_pid(server, model) -> int:
     raise AssertionError(f"no worker for {model}")
 
 
+def engine_of(server, worker: int) -> int:
+    """The engine process a worker started (server/core.py)."""
+    for pid in server.engine_pids():
+        with open(f"/proc/{pid}/stat") as f:
+            if int(f.read().rsplit(")", 1)[1].split()[1]) == worker:
+                return pid
+    raise AssertionError(f"worker {worker} has no engine process")
+
+
+def gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":  # exited, not yet reaped by init
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def test_sigkill_worker_mid_stream(pair_server):
     srv = pair_server
     ask(srv, "alpha")
     ask(srv, "beta")
     victim = worker_pid(srv, "alpha")
+    its_engine = engine_of(srv, victim)
     frames = []
     body = {"model": "alpha", "prompt": "hello", "max_tokens": 1500, "ignore_eos": True, "temperature": 0,
             "stream": True}
@@ -113,6 +136,7 @@ def test_sigkill_worker_mid_stream(pair_server):
     assert frames[-1] == "[DONE]"
     err = json.loads(frames[-2])["error"]
     assert err["code"] == 503 and err["type"] == "unavailable_error"
+    assert gone(its_engine, 10)  # the worker's engine process (and its device memory) went with it
     assert ask(srv, "beta") == "beta"  # the other model is unaffected
     deadline = time.monotonic() + 60
     while True:  # 503 with Retry-After while alpha respawns, then it serves again
@@ -126,34 +150,41 @@ def test_sigkill_worker_mid_stream(pair_server):
     assert srv.metric("pydflash_worker_restarts_total", model="alpha") == 1
 
 
-def test_a_native_abort_names_its_cause_in_the_router_log(tiny, tmp_path):
-    """A worker killed by a native abort mid-step (GGML_ASSERT, a CUDA error: SIGABRT, no Python traceback) is
-    reported with its exit status and the cause faulthandler wrote, not a stack frame or 'still running', even
-    when the client sees the stream break before the process is reaped."""
+@pytest.mark.parametrize("victim", ["engine", "worker"])
+def test_a_native_abort_names_its_cause_in_the_router_log(tiny, tmp_path, victim):
+    """A native abort mid-step (GGML_ASSERT, a CUDA error: SIGABRT, no Python traceback) happens in a worker's engine
+    process: the client's stream ends with a 503 and the router reports the worker's exit with the cause
+    faulthandler wrote. A worker killed the same way is reported with its own status and cause, not a stack frame
+    or 'still running', even when the client sees the stream break before the process is reaped."""
     p = tiny("llama")
     log_path = tmp_path / "router.log"
     with open(log_path, "wb") as log:
         srv = Server(["-m", str(p.target), "-md", str(p.drafter), "-np", "1", "-c", "2048"], log=log)
         try:
             body = {"prompt": "hello", "max_tokens": 1500, "ignore_eos": True, "temperature": 0, "stream": True}
-            killed = False
+            target = srv.engine_pids()[0] if victim == "engine" else srv.worker_pids()[0]
+            killed, frames = False, []
             with srv.http().stream("POST", "/v1/completions", json=body) as r:
-                n = 0
                 for line in r.iter_lines():
-                    n += line.startswith("data: ")
-                    # once: n stays 3 over the blank lines between events, and a second kill of the reaped
-                    # worker raised ProcessLookupError under load
-                    if n == 3 and not killed:
-                        os.kill(srv.worker_pids()[0], signal.SIGABRT)
+                    if line.startswith("data: "):
+                        frames.append(line[6:])
+                    # once: the count stays 3 over the blank lines between events, and a second kill of the reaped
+                    # process raised ProcessLookupError under load
+                    if len(frames) == 3 and not killed:
+                        os.kill(target, signal.SIGABRT)
                         killed = True
-            deadline = time.monotonic() + 10
-            while b"lost the worker" not in log_path.read_bytes() and time.monotonic() < deadline:
+            assert frames[-1] == "[DONE]" and json.loads(frames[-2])["error"]["code"] == 503, frames[-3:]
+            # the stream handler's report when the stream broke; the watcher's when the worker exited
+            report = b"lost the worker" if victim == "worker" else b"died ("
+            deadline = time.monotonic() + 15
+            while report not in log_path.read_bytes() and time.monotonic() < deadline:
                 time.sleep(0.1)
         finally:
             srv.stop()
-    lost = [ln for ln in log_path.read_text().splitlines() if "lost the worker" in ln]
+    lost = [ln for ln in log_path.read_text().splitlines() if report.decode() in ln]
     assert lost, log_path.read_text()[-2000:]
-    assert "status -6" in lost[0] and "Fatal Python error: Aborted" in lost[0], lost[0]
+    status = "status 70" if victim == "engine" else "status -6"  # 70: the worker's exit after its engine died
+    assert status in lost[0] and "Fatal Python error: Aborted" in lost[0], lost[0]
 
 
 @pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])

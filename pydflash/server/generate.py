@@ -21,10 +21,11 @@ from starlette.requests import Request as HTTPRequest
 
 from ..engine.request import Event, Request, Result
 from ..errors import InvalidRequest, PydflashError
+from . import ops
 from . import schemas as S
 from .chat import ChatTemplate
 from .errors import envelope, to_api_error
-from .loop import ACCEPTED, EngineLoop, Sink
+from .loop import ACCEPTED, Sink
 from .metrics import REQUESTS, StepRecorder
 from .scoring import ScoreService
 
@@ -57,7 +58,7 @@ class Call:
 
 
 class Generation:
-    def __init__(self, loop: EngineLoop, model: str, template: ChatTemplate, recorder: StepRecorder,
+    def __init__(self, loop, model: str, template: ChatTemplate, recorder: StepRecorder,
                  scorer: ScoreService):
         self.loop = loop
         self.model = model
@@ -98,7 +99,7 @@ class Generation:
             raise InvalidRequest("logprobs are not supported with stream=true; use a non-streamed request")
         text = self.template.render(body.template_messages(), add_generation_prompt=True)
         add_special = not self.template.emits_bos
-        tokens = await self.loop.call(lambda e: e.model.tokenize(text, add_special=add_special, parse_special=True))
+        tokens = await self.loop.call(ops.tokenize, text, add_special, True)
         if not tokens:
             raise InvalidRequest("the rendered chat prompt is empty")
         call = Call("chat", self.model, [self._request(tokens, body)], [tokens], id="chatcmpl-" + uuid.uuid4().hex)
@@ -124,7 +125,7 @@ class Generation:
         out = []
         for p in prompts:
             if isinstance(p, str):
-                toks = await self.loop.call(lambda e, p=p: e.model.tokenize(p, add_special=True))
+                toks = await self.loop.call(ops.tokenize, p, True)
             else:
                 toks = list(p)
             if not toks:
@@ -152,8 +153,8 @@ class Generation:
         n = body.max_tokens  # the schema fills OpenAI's default for completions; None for chat
         if n is not None:
             return n
-        engine = self.loop.engine  # immutable sizes only: the loop thread owns everything else
-        return max(1, engine.config.n_ctx_slot - n_prompt - engine.block_size)
+        info = self.loop.info  # sizes fixed at load: the loop owns everything else
+        return max(1, info.n_ctx_slot - n_prompt - info.block_size)
 
     async def _start(self, call: Call) -> None:
         """Submit every request and wait until each is accepted; on any refusal cancel the others and raise."""
@@ -258,8 +259,7 @@ class Generation:
 
     # --- response parts -------------------------------------------------------------------------------------------
     async def _echo_texts(self, call: Call) -> list[str]:
-        return [await self.loop.call(lambda e, p=p: e.model.detokenize(p).decode("utf-8", "replace"))
-                for p in call.prompts]
+        return [await self.loop.call(ops.detokenize, p) for p in call.prompts]
 
     def _usage(self, call: Call) -> S.Usage:
         prompt = sum(len(p) for p in call.prompts)

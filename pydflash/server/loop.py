@@ -1,10 +1,13 @@
-"""The engine loop: one thread owns the engine (and so every llama.cpp context) of a worker process.
+"""The engine loop: one thread owns the engine (and so every llama.cpp context).
 
 HTTP handlers never touch the engine. They send commands through a thread-safe queue and get replies on a
 ``Sink``, an asyncio queue fed from this thread with ``call_soon_threadsafe``:
 
     handler --submit/cancel/call--> [command queue] --> loop thread: engine.submit / cancel / step
     handler <--accepted/event/error-- Sink <-------------- loop thread
+
+In ``pydflash-server`` the loop runs in an engine process of its own (``core.py``), whose sinks write to the
+worker through a pipe (``core_link.py``); in-process (``serve/resident.py``) its sinks are the handlers' own.
 
 Replies are ``(request id, item)``. A submit is answered first with ``ACCEPTED`` or an error (validation, context overflow, a full queue), so a
 handler can still answer 4xx before it sends any stream byte. While the engine has work the thread steps it and
@@ -21,7 +24,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from ..engine.engine import Engine
 from ..engine.request import Event, Request
@@ -70,6 +73,45 @@ def _put_nowait_all(puts: list) -> None:
         q.put_nowait(item)
 
 
+@dataclass(frozen=True)
+class EngineInfo:
+    """What the HTTP side may know of an engine without asking its loop: sizes fixed at load, and the GGUF's chat
+    template source (resolved on the HTTP side, chat.resolve)."""
+
+    n_slots: int
+    n_ctx_slot: int
+    block_size: int
+    n_vocab: int
+    drafter: bool
+    arch: str
+    chat_template: Optional[str]  # the GGUF's tokenizer.chat_template
+    bos_text: str
+    eos_text: str
+
+    @classmethod
+    def of(cls, engine: Engine) -> "EngineInfo":
+        from ..compat.gguf_meta import read_metadata
+
+        model = engine.model
+        piece = lambda t: model.token_to_piece(t, special=True).decode("utf-8", "replace")  # noqa: E731
+        return cls(engine.config.n_slots, engine.config.n_ctx_slot, engine.block_size, model.n_vocab,
+                   engine.drafter is not None, model.arch, read_metadata(model.path).get("tokenizer.chat_template"),
+                   piece(model.bos), piece(model.eos))
+
+
+@dataclass(frozen=True)
+class LoopState:
+    """What the loop reports after each step (and when idle) for the metrics: the queue and the busy slots, and
+    the prompt cache's counts when they were read this time (None otherwise)."""
+
+    n_waiting: int
+    n_busy: int
+    cache: Optional[dict] = None
+
+
+CACHE_READ_EVERY_S = 0.25  # prompt-cache metrics are read this often while steps run, and when a request ends
+
+
 @dataclass
 class _Submit:
     req: Request
@@ -83,27 +125,37 @@ class _Cancel:
 
 @dataclass
 class _Call:
-    fn: Callable[[Engine], Any]
+    fn: Callable[..., Any]  # fn(engine, *args)
+    args: Sequence[Any]
     sink: Sink
 
 
 class EngineLoop:
-    def __init__(self, engine: Engine, max_queue: int = 64, on_step: Optional[Callable[[Engine, list], None]] = None,
-                 on_death: Optional[Callable[[BaseException], None]] = None):
+    """``deliver(items)`` sends a step's replies, ``[(sink, (request id, event))]`` (default: ``Sink.put_all``).
+    ``defer``: hold them until the next step's target forward starts (or no step follows), so that an event loop
+    sharing this process's GIL writes the streams while this thread waits on the device, not while it runs Python
+    between native calls. On the H200 at 16 streams that alone did not change the step's host part measurably
+    (docs/gpu_2026-12-02-b); an engine process (core.py) has no such neighbour and sends at once."""
+
+    def __init__(self, engine: Engine, max_queue: int = 64,
+                 on_step: Optional[Callable[[LoopState, list], None]] = None,
+                 on_death: Optional[Callable[[BaseException], None]] = None,
+                 deliver: Optional[Callable[[list], None]] = None, defer: bool = True):
         self.engine = engine
+        self.info = EngineInfo.of(engine)
         self.max_queue = max_queue
-        self.on_step = on_step  # metrics hook, runs on the loop thread after every step
+        self.on_step = on_step  # metrics hook, runs on the loop thread after every step (and when idle)
         self.on_death = on_death
+        self.deliver = deliver or Sink.put_all
         self.dead: Optional[BaseException] = None
         self._cmds: queue.SimpleQueue = queue.SimpleQueue()
         self._sinks: dict[int, Sink] = {}
         self._stop = False
-        # a step's replies, sent when the next step's target forward starts (or at once when no step follows): the
-        # event loop then writes the streams while this thread waits on the GPU, not while it runs Python between
-        # native calls (on the H200 at 16 streams the host part of a step was ~2.8x its in-process cost; this alone
-        # did not change that measurably: docs/gpu_2026-12-02-b)
         self._undelivered: list[tuple[Sink, tuple]] = []
-        engine.before_verify = self._deliver
+        self._cache_at = 0.0  # when the prompt cache's metrics were last read
+        if defer:
+            engine.before_verify = self._deliver
+        self._defer = defer
         self.last_step = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
 
@@ -122,12 +174,18 @@ class EngineLoop:
     def cancel(self, request_id: int) -> None:
         self._cmds.put(_Cancel(request_id))
 
-    async def call(self, fn: Callable[[Engine], Any]) -> Any:
-        """Run fn(engine) on the loop thread between steps (tokenize, scoring...); its exception is re-raised."""
+    def call_to(self, sink: Sink, fn: Callable[..., Any], *args) -> None:
+        """Run fn(engine, *args) on the loop thread between steps; ``(True, value)`` or ``(False, exception)`` goes
+        to the sink."""
+        self._cmds.put(_Call(fn, args, sink))
+
+    async def call(self, fn: Callable[..., Any], *args) -> Any:
+        """Run fn(engine, *args) on the loop thread between steps (``ops.py``: tokenize, scoring...); its exception
+        is re-raised."""
         if self.dead is not None:
             raise EngineDead(f"the engine failed: {self.dead}")
         sink = Sink()
-        self._cmds.put(_Call(fn, sink))
+        self.call_to(sink, fn, *args)
         ok, value = await sink.get()
         if not ok:
             raise value
@@ -151,10 +209,10 @@ class EngineLoop:
                     events = self.engine.step()
                     self.last_step = time.monotonic()
                     self._undelivered += [d for d in map(self._delivery, events) if d is not None]
-                if not self.engine.has_work or self._stop:  # no forward follows to send them in
+                if not self._defer or not self.engine.has_work or self._stop:  # no forward follows to send them in
                     self._deliver()
                 if self.on_step is not None:  # also when idle: gauges follow cancellations
-                    self.on_step(self.engine, events)
+                    self.on_step(self._state(events), events)
         except BaseException as exc:  # an engine failure: fail everyone, then let the worker die
             log.exception("engine loop failed")
             self._deliver()  # what the steps before produced, then the error
@@ -166,7 +224,16 @@ class EngineLoop:
     def _deliver(self) -> None:
         if self._undelivered:
             items, self._undelivered = self._undelivered, []
-            Sink.put_all(items)
+            self.deliver(items)
+
+    def _state(self, events: list) -> LoopState:
+        """The prompt cache's metrics are read when idle, when a request ends, and every CACHE_READ_EVERY_S."""
+        e = self.engine
+        now = time.monotonic()
+        cache = None
+        if not events or any(ev.finished for ev in events) or now - self._cache_at >= CACHE_READ_EVERY_S:
+            cache, self._cache_at = e.prompt_cache.metrics(), now
+        return LoopState(len(e.queue), sum(s is not None for s in e.slots), cache)
 
     def _drain(self, block: bool) -> None:
         try:
@@ -198,7 +265,7 @@ class EngineLoop:
             self.engine.cancel(cmd.request_id)
         elif isinstance(cmd, _Call):
             try:
-                cmd.sink.put((True, cmd.fn(self.engine)))
+                cmd.sink.put((True, cmd.fn(self.engine, *cmd.args)))
             except Exception as exc:  # the caller maps it (InvalidRequest -> 400, others -> 500)
                 cmd.sink.put((False, exc))
 

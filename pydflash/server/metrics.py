@@ -47,7 +47,7 @@ TTFT = Histogram("pydflash_time_to_first_token_seconds", "Submit to first genera
                  buckets=LATENCY_BUCKETS)
 ITL = Histogram("pydflash_inter_token_latency_seconds", "Gap between successive outputs of a request, per token",
                 ["model"], buckets=LATENCY_BUCKETS)
-# prompt cache (docs/cache.md): engine.prompt_cache.metrics(), read on the loop thread after every step
+# prompt cache (docs/cache.md): engine.prompt_cache.metrics(), read by the engine loop (loop.LoopState)
 CACHE_REUSED = Counter("pydflash_prompt_cache_reused_tokens_total", "Prompt positions not prefilled thanks to the "
                        "prompt cache", ["model"])
 CACHE_FALLBACKS = Counter("pydflash_prompt_cache_fallbacks_total", "Cached prefixes found but re-prefilled (window, "
@@ -82,8 +82,8 @@ def process_dead(pid: int) -> None:
 
 def observe_n(hist, amount: float, n: int) -> None:
     """``hist.observe(amount)`` n times, as one update of the sum and of one bucket. A step of 16 drafting slots
-    commits ~130 tokens, and each observation is an mmap write in multiprocess mode (~3.5 us on a CPU core), on the
-    engine thread. prometheus_client has no weighted observe: this uses its Histogram's own fields, as observe()
+    commits ~130 tokens, and each observation is an mmap write in multiprocess mode (~3.5 us on a CPU core), every
+    step. prometheus_client has no weighted observe: this uses its Histogram's own fields, as observe()
     does, and falls back to observe() should they change."""
     try:
         bounds, buckets, total = hist._upper_bounds, hist._buckets, hist._sum
@@ -98,20 +98,18 @@ def observe_n(hist, amount: float, n: int) -> None:
             break
 
 
-CACHE_READ_EVERY_S = 0.25  # prompt-cache metrics are read this often while steps run, and when a request ends
-
-
 class StepRecorder:
-    """The worker's per-step metrics, fed from the engine loop thread; request start times come from handlers."""
+    """The worker's per-step metrics, fed with each step's events and the loop's state (``loop.LoopState``): on the
+    engine loop thread in-process, on the engine link's reader thread in a worker (core_link.py). Request start
+    times come from handlers."""
 
     def __init__(self, model: str, n_slots: int):
         self.model = model
         self.started: dict[int, float] = {}  # request id -> submit time (monotonic)
         self._last: dict[int, float] = {}  # request id -> time of its last output
         self._cache_seen: dict[str, int] = {}  # the prompt cache's cumulative counts already added to the counters
-        self._cache_at = 0.0  # when the prompt cache's metrics were last read
-        # this runs on the engine thread after every step (a GPU step is ~1-5 ms): the label lookups once, and the
-        # gauges (an mmap write each in multiprocess mode) only when they change
+        # this runs after every step (a GPU step is ~1-5 ms): the label lookups once, and the gauges (an mmap write
+        # each in multiprocess mode) only when they change
         self._queue, self._busy = QUEUE_DEPTH.labels(model), SLOTS_BUSY.labels(model)
         self._ttft, self._itl = TTFT.labels(model), ITL.labels(model)
         self._shown = (-1, -1)
@@ -120,16 +118,15 @@ class StepRecorder:
                         CACHE_EVICTIONS):
             counter.labels(model)  # shown as 0 from the start, not only after the first event
 
-    def on_step(self, engine, events) -> None:
+    def on_step(self, state, events) -> None:
         now = time.monotonic()
-        shown = (len(engine.queue), sum(s is not None for s in engine.slots))
+        shown = (state.n_waiting, state.n_busy)
         if shown != self._shown:
             self._queue.set(shown[0])
             self._busy.set(shown[1])
             self._shown = shown
-        if not events or any(ev.finished for ev in events) or now - self._cache_at >= CACHE_READ_EVERY_S:
-            self._cache(engine.prompt_cache.metrics())
-            self._cache_at = now
+        if state.cache is not None:
+            self._cache(state.cache)
         for ev in events:
             if ev.tokens:
                 last = self._last.get(ev.request_id)

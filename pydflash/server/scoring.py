@@ -7,27 +7,19 @@ prompt's token log-probabilities from exactly this.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Sequence
 
-from ..engine.scorer import Scorer, TokenScore
+from ..engine.scorer import TokenScore
+from . import ops
 from . import schemas as S
-from .loop import EngineLoop
 
 
 class ScoreService:
-    def __init__(self, loop: EngineLoop):
-        self.loop = loop
-        self._scorer: Optional[Scorer] = None  # made on first use, on the loop thread (a context of its own)
+    def __init__(self, loop):
+        self.loop = loop  # loop.EngineLoop, or core_link.EngineLink
 
     def _score(self, tokens: list[int], top_n: int):
-        def run(engine):
-            if self._scorer is None:
-                self._scorer = Scorer(engine.model, engine.config.n_ctx_slot, engine.config.n_threads)
-            scores = self._scorer.score(tokens, top_n)
-            pieces = {t: engine.model.token_to_piece(t) for s in scores for t in [s.token, *(x for x, _ in s.top)]}
-            return scores, pieces
-
-        return self.loop.call(run)
+        return self.loop.call(ops.score, tokens, top_n)  # a scoring context of its own, made on first use
 
     async def completion_logprobs(self, prompt: Sequence[int], completion: Sequence[int], top_n: int,
                                   echo: bool) -> S.CompletionLogprobs:

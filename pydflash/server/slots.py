@@ -14,21 +14,20 @@ usable (the file is checked before any state reaches a context). The engine is t
 from __future__ import annotations
 
 import logging
-import time
 from typing import Optional
 
 from ..cache import slotfile
 from ..errors import CacheFileError
+from . import ops
 from .errors import InvalidRequestError, log_safe
-from .loop import EngineLoop
 
 log = logging.getLogger(__name__)
 
 
-async def slot_action(loop: EngineLoop, save_dir: Optional[str], id_slot: int, action: str,
+async def slot_action(loop, save_dir: Optional[str], id_slot: int, action: str,
                       filename: Optional[str]) -> dict:
     if action == "erase":
-        return await loop.call(lambda e: e.erase_slot(id_slot))
+        return await loop.call(ops.erase_slot, id_slot)
     if save_dir is None:
         raise InvalidRequestError("slot files are off: start the server with --slot-save-path DIR "
                                   "(models.toml: slot_save_path)")
@@ -38,20 +37,7 @@ async def slot_action(loop: EngineLoop, save_dir: Optional[str], id_slot: int, a
         path = slotfile.safe_path(save_dir, filename)
     except CacheFileError as exc:
         raise InvalidRequestError(str(exc), param="filename") from None
-
-    def run(engine) -> dict:
-        t0 = time.perf_counter()
-        if action == "save":
-            out = engine.save_slot(id_slot, path)
-            ms = (time.perf_counter() - t0) * 1e3
-            return {"id_slot": id_slot, "filename": filename, "n_saved": out["n_saved"],
-                    "n_written": out["n_written"], "timings": {"save_ms": ms}}
-        out = engine.restore_slot(id_slot, path)
-        ms = (time.perf_counter() - t0) * 1e3
-        return {"id_slot": id_slot, "filename": filename, "n_restored": out["n_restored"],
-                "n_read": path.stat().st_size, "timings": {"restore_ms": ms}}
-
-    out = await loop.call(run)
+    out = await loop.call(ops.slot_file, action, id_slot, path, filename)
     log.info("slot %d: %s %s (%s tokens)", id_slot, action, log_safe(filename),
              out.get("n_saved", out.get("n_restored")))
     return out

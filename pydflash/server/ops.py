@@ -1,0 +1,63 @@
+"""What HTTP handlers ask of an engine besides generation, run on its loop thread: ``await loop.call(op, *args)``.
+
+Each is a module-level function of ``(engine, *args)``: in a worker the call crosses to the engine process
+(core.py) by reference and its arguments and result by pickle, so no closure, no handler object and no llama.cpp
+handle travels. Errors are the engine's typed ones (InvalidRequest and its subclasses: a 400).
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from pathlib import Path
+
+from ..errors import InvalidRequest
+from ..engine.scorer import Scorer
+
+# one scoring context per engine, made on first use (on the loop thread), freed with the engine's process
+_scorers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def tokenize(engine, text: str, add_special: bool, parse_special: bool = False) -> list[int]:
+    return engine.model.tokenize(text, add_special=add_special, parse_special=parse_special)
+
+
+def detokenize(engine, tokens: list[int]) -> str:
+    """The text of token ids, as a prompt's echo shows it (no special-token rendering)."""
+    return engine.model.detokenize(tokens).decode("utf-8", "replace")
+
+
+def detokenize_checked(engine, tokens: list[int]) -> str:
+    """``/detokenize``: ids outside the vocabulary are the client's error."""
+    bad = [t for t in tokens if not 0 <= t < engine.model.n_vocab]
+    if bad:
+        raise InvalidRequest(f"token id {bad[0]} outside the vocabulary [0, {engine.model.n_vocab})")
+    return engine.model.detokenize_text(tokens).decode("utf-8", "replace")
+
+
+def score(engine, tokens: list[int], top_n: int):
+    """Per-token log-probabilities of ``tokens`` (scorer.py) and the byte pieces of every token they name."""
+    scorer = _scorers.get(engine)
+    if scorer is None:
+        scorer = _scorers[engine] = Scorer(engine.model, engine.config.n_ctx_slot, engine.config.n_threads)
+    scores = scorer.score(tokens, top_n)
+    pieces = {t: engine.model.token_to_piece(t) for s in scores for t in [s.token, *(x for x, _ in s.top)]}
+    return scores, pieces
+
+
+def erase_slot(engine, id_slot: int) -> dict:
+    return engine.erase_slot(id_slot)
+
+
+def slot_file(engine, action: str, id_slot: int, path: Path, filename: str) -> dict:
+    """``save`` an idle slot to ``path`` or ``restore`` it from there (slots.py checked the name)."""
+    t0 = time.perf_counter()
+    if action == "save":
+        out = engine.save_slot(id_slot, path)
+        ms = (time.perf_counter() - t0) * 1e3
+        return {"id_slot": id_slot, "filename": filename, "n_saved": out["n_saved"],
+                "n_written": out["n_written"], "timings": {"save_ms": ms}}
+    out = engine.restore_slot(id_slot, path)
+    ms = (time.perf_counter() - t0) * 1e3
+    return {"id_slot": id_slot, "filename": filename, "n_restored": out["n_restored"],
+            "n_read": path.stat().st_size, "timings": {"restore_ms": ms}}
