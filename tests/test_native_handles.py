@@ -130,11 +130,10 @@ def test_step_bookkeeping_keeps_the_gil_and_forwards_release_it():
 
     from pydflash.native import _lib
 
-    keeps = [_lib.memory_seq_rm, _lib.memory_seq_pos_max, _lib.memory_seq_pos_min, _lib.batch_ext_clear,
-             _lib.batch_ext_add_embd, _lib.batch_ext_set_pos, _lib.sampler_accept, _lib.vocab_is_eog,
+    keeps = [_lib.memory_seq_rm, _lib.memory_seq_pos_max, _lib.memory_seq_pos_min, _lib.sampler_accept,
+             _lib.vocab_is_eog,
              _lib.get_sampled_token_ith, _lib.get_sampled_tokens, _lib.embeddings_layer_inp_addr,
              _lib.llama_set_embeddings_layer_inp]
     pythonapi = ctypes._FUNCFLAG_PYTHONAPI
     assert all(fn._flags_ & pythonapi for fn in keeps)
-    assert not any(fn._flags_ & pythonapi for fn in (_lib.C.llama_decode, _lib.C.llama_process,
-                                                    _lib.C.llama_synchronize))
+    assert not any(fn._flags_ & pythonapi for fn in (_lib.C.llama_decode, _lib.C.llama_synchronize))

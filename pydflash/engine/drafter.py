@@ -82,13 +82,12 @@ class Drafter:
             return {}
         b = self.batch
         b.clear()
-        where = []
-        for slot, k in drafting:
-            # every block position is an output, the anchor's too: the dflash graph computes logits for all rows
-            # of the block, and with the anchor left out llama.cpp's output rows shift by one against the batch
-            # (the draft read at block position 1 would be the anchor's own prediction)
-            start = b.add([slot.anchor] + [self.mask_token] * k, slot.n_past, slot.seq, True)
-            where.append((slot, start, k))
+        # every block position is an output, the anchor's too: the dflash graph computes logits for all rows of the
+        # block, and with the anchor left out llama.cpp's output rows shift by one against the batch (the draft
+        # read at block position 1 would be the anchor's own prediction)
+        starts = b.add_spans([([slot.anchor] + [self.mask_token] * k, slot.n_past, slot.seq) for slot, k in drafting],
+                             True)
+        where = [(slot, start, k) for (slot, k), start in zip(drafting, starts)]
         self.ctx.decode(b)
         all_picks = self.ctx.picks(range(b.n))  # every block row is an output: one read for all of them
         drafts = {}

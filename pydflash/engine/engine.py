@@ -327,6 +327,16 @@ class Engine:
     def _emit(self, slot: Slot, committed: list[int]) -> tuple[list[int], str]:
         """Append committed tokens until EOS, a stop string or max_tokens; nothing past them is emitted."""
         req = slot.request
+        if not slot.text.stops:  # the cut is known from the tokens alone: the block's text is decoded in one go
+            out = committed[: req.max_tokens - len(slot.generated)]
+            if not req.ignore_eos:
+                eog = next((i for i, tok in enumerate(out) if self.model.is_eog(tok)), None)
+                if eog is not None:
+                    out, slot.finish_reason = out[:eog], "stop"
+            slot.generated += out
+            if slot.finish_reason is None and len(slot.generated) >= req.max_tokens:
+                slot.finish_reason = "length"
+            return out, slot.text.push(b"".join(map(self.model.token_to_piece, out))) if out else ""
         out, text = [], ""
         for tok in committed:
             if not req.ignore_eos and self.model.is_eog(tok):

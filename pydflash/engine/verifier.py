@@ -30,20 +30,20 @@ class Verifier:
         """
         b = self.batch
         b.clear()
-        where = []
-        for slot, drafts in spans:
-            start = b.add([slot.anchor] + drafts, slot.n_past, slot.seq, True)
-            where.append((slot, start, len(drafts) + 1, True))
+        starts = b.add_spans([([slot.anchor] + drafts, slot.n_past, slot.seq) for slot, drafts in spans], True)
+        where = [(slot, start, len(drafts) + 1, True) for (slot, drafts), start in zip(spans, starts)]
         for slot, chunk in chunks:
             where.append((slot, b.add(chunk, slot.n_past, slot.seq, False), len(chunk), False))
         self.ctx.decode(b)
         feats = self.ctx.features(b.n) if self.with_features and self.ctx.features_on else None
         # the spans came first, every row an output: all their picks in one read (one backend synchronization)
         all_picks = self.ctx.picks(range(sum(n for _, _, n, is_span in where if is_span)))
+        if all_picks and (min(all_picks) < 0 or max(all_picks) >= self.ctx.n_vocab):  # one check for the batch
+            for slot, start, n, is_span in where:
+                self._check_picks(slot, all_picks[start : start + n] if is_span else [])
         out = {}
         for slot, start, n, is_span in where:
             picks = all_picks[start : start + n] if is_span else []
-            self._check_picks(slot, picks)
             rows = feats[start : start + n] if feats is not None else None
             out[slot.seq] = (picks, rows, slot.n_past)
         self._spans = {slot.seq: start for slot, start, _, is_span in where if is_span}

@@ -109,7 +109,7 @@ c_model_p = ctypes.c_void_p
 # hold it for up to sys.getswitchinterval() before the engine thread gets it back. A 16-slot step makes a few dozen
 # such calls (rollbacks, picks, feature rows): beside a thread busy with Python, its commit took 2.2-3.0 ms with
 # CDLL bindings against 0.9-1.0 ms with these on the development CPU. Only calls that return in microseconds use
-# it; a forward (llama_decode, llama_process) and state copies still let other threads run.
+# it; a forward (llama_decode) and state copies still let other threads run.
 _gil_lib = ctypes.PyDLL(lib._name, handle=lib._handle)
 
 
@@ -150,21 +150,6 @@ llama_get_ctx_other = _declare("llama_get_ctx_other", [c_ctx_p], c_ctx_p)
 # Hot-path bindings declared directly on the library: the engine calls these once per row / per output every
 # step, and llama-cpp-python's Python-level wrappers cost more than the calls themselves.
 
-
-class EmbdRow(ctypes.Structure):
-    """struct llama_embd { const float * data; size_t n_rows; size_t n_embd; } with data as a plain address."""
-
-    _fields_ = [("data", ctypes.c_void_p), ("n_rows", ctypes.c_size_t), ("n_embd", ctypes.c_size_t)]
-
-
-# int32_t llama_batch_ext_add_embd(struct llama_batch_ext * batch, llama_seq_id seq_id, struct llama_embd embd);
-batch_ext_add_embd = _declare("llama_batch_ext_add_embd", [ctypes.c_void_p, ctypes.c_int32, EmbdRow], ctypes.c_int32,
-                              keep_gil=True)
-# bool llama_batch_ext_set_pos(struct llama_batch_ext * batch, int32_t idx, const llama_pos * pos);
-batch_ext_set_pos = _declare(
-    "llama_batch_ext_set_pos", [ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int32)], ctypes.c_bool,
-    keep_gil=True,
-)
 # llama_token llama_get_sampled_token_ith(struct llama_context * ctx, int32_t i);
 get_sampled_token_ith = _declare("llama_get_sampled_token_ith", [ctypes.c_void_p, ctypes.c_int32], ctypes.c_int32,
                                  keep_gil=True)
@@ -200,8 +185,6 @@ memory_seq_pos_max = _declare("llama_memory_seq_pos_max", [ctypes.c_void_p, ctyp
                               keep_gil=True)
 memory_seq_pos_min = _declare("llama_memory_seq_pos_min", [ctypes.c_void_p, ctypes.c_int32], ctypes.c_int32,
                               keep_gil=True)
-# void llama_batch_ext_clear(struct llama_batch_ext * batch);
-batch_ext_clear = _declare("llama_batch_ext_clear", [ctypes.c_void_p], None, keep_gil=True)
 # void llama_sampler_accept(struct llama_sampler * smpl, llama_token token);
 sampler_accept = _declare("llama_sampler_accept", [ctypes.c_void_p, ctypes.c_int32], None, keep_gil=True)
 # bool llama_vocab_is_eog(const struct llama_vocab * vocab, llama_token token);

@@ -8,6 +8,7 @@ checked first, so a bad call raises instead of aborting the process.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import logging
 import time
 from typing import NamedTuple, Optional, Sequence
@@ -16,14 +17,13 @@ import numpy as np
 
 from ..errors import DecodeError, InvalidBatch, KVSlotFull, RollbackError
 from ._lib import (
-    C, EmbdRow, batch_ext_add_embd, batch_ext_clear, batch_ext_set_pos, embeddings_layer_inp_addr,
+    C, embeddings_layer_inp_addr,
     get_sampled_candidates_count_ith, get_sampled_candidates_ith, get_sampled_probs_count_ith, get_sampled_probs_ith,
     get_sampled_token_ith, get_sampled_tokens, llama_set_embeddings_layer_inp, memory_seq_pos_max, memory_seq_pos_min,
     memory_seq_rm, raise_if_interrupted, sampler_accept,
 )
 from .handles import ContextParams, Model
 
-LLAMA_PROCESS_TYPE_DECODE = 1
 # From this many indices on, picks reads them in one call (patches/0008): below it, building the index array costs
 # more than the calls it saves on a CPU (16 picks: 4.6 against 7.1 us; 2 picks: 3.9 against 1.3 us)
 PICKS_IN_ONE_CALL = 8
@@ -49,20 +49,45 @@ class SampledRow(NamedTuple):
     probs: np.ndarray  # [n] float32, sums to 1
 
 
-class TokenBatch:
-    """A reusable ``llama_batch`` of up to ``capacity`` tokens, filled through numpy views (no per-field ctypes)."""
+class _Batch:
+    """A ``llama_batch`` over numpy arrays this object owns, filled by slices: no per-token ctypes write (a step
+    of 16 slots builds ~400 rows). llama.cpp reads the arrays only during a decode and frees nothing of them."""
+
+    N_POS = 4  # an embedding row's positions are section-major, pos[j * n + i]: M-RoPE drafters read 3 sections
+
+    def __init__(self, capacity: int, n_pos: int = 1):
+        self.capacity = capacity
+        self.pos = np.zeros(capacity * n_pos, dtype=np.int32)
+        self.n_seq = np.ones(capacity, dtype=np.int32)
+        self.seq = np.zeros(capacity, dtype=np.int32)
+        self.logits = np.zeros(capacity, dtype=np.int8)
+        # seq_id is int32 ** (a list per token, for a token in several sequences): each points at its row of self.seq
+        self._seq_ptrs = self.seq.ctypes.data + self.seq.itemsize * np.arange(capacity, dtype=np.uintp)
+        b = self._b = C.llama_batch()
+        b.pos = self.pos.ctypes.data_as(ctypes.POINTER(C.llama_pos))
+        b.n_seq_id = self.n_seq.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        b.seq_id = ctypes.cast(self._seq_ptrs.ctypes.data, ctypes.POINTER(ctypes.POINTER(C.llama_seq_id)))
+        b.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+        self.n = 0
+
+    def seq_of(self, i: int) -> int:
+        return int(self.seq[i])
+
+    def native(self):
+        self._b.n_tokens = self.n
+        return self._b
+
+    def close(self) -> None:  # nothing native to free: kept for the callers that close what they make
+        pass
+
+
+class TokenBatch(_Batch):
+    """A reusable ``llama_batch`` of up to ``capacity`` tokens."""
 
     def __init__(self, capacity: int):
-        self.capacity = capacity
-        self._b = C.llama_batch_init(capacity, 0, 1)
-        self.token = np.ctypeslib.as_array(self._b.token, shape=(capacity,))
-        self.pos = np.ctypeslib.as_array(self._b.pos, shape=(capacity,))
-        self.n_seq = np.ctypeslib.as_array(self._b.n_seq_id, shape=(capacity,))
-        self.logits = np.ctypeslib.as_array(self._b.logits, shape=(capacity,)).view(np.int8)
-        # seq_id is int32** (one small array per token); keep direct handles to each first element.
-        self._seq_ptrs = [self._b.seq_id[i] for i in range(capacity)]
-        self.n_seq[:] = 1
-        self.n = 0
+        super().__init__(capacity)
+        self.token = np.zeros(capacity, dtype=np.int32)
+        self._b.token = self.token.ctypes.data_as(ctypes.POINTER(C.llama_token))
         self.n_outputs = 0  # rows marked as outputs: decode waits for the backend only when there are some
 
     def clear(self) -> None:
@@ -77,6 +102,7 @@ class TokenBatch:
             raise ValueError(f"batch capacity {self.capacity} exceeded ({start + k} tokens)")
         self.token[start : start + k] = tokens
         self.pos[start : start + k] = np.arange(pos0, pos0 + k, dtype=np.int32)
+        self.seq[start : start + k] = seq_id
         if isinstance(logits, bool):
             self.logits[start : start + k] = int(logits)
             self.n_outputs += k if logits else 0
@@ -84,25 +110,49 @@ class TokenBatch:
             flags = np.asarray(logits, dtype=np.int8)
             self.logits[start : start + k] = flags
             self.n_outputs += int(np.count_nonzero(flags))
-        for i in range(start, start + k):
-            self._seq_ptrs[i][0] = seq_id
         self.n = start + k
         return start
 
-    def seq_of(self, i: int) -> int:
-        return int(self._seq_ptrs[i][0])
+    def add_spans(self, spans: Sequence[tuple[Sequence[int], int, int]], logits: bool) -> list[int]:
+        """Append several sequences' tokens in one go: (tokens, pos0, seq_id) each, every row an output or none;
+        returns each span's first batch index. A step's verify spans or draft blocks of 16 slots cost a few
+        numpy calls here instead of a few per slot."""
+        if not spans:
+            return []
+        lens = np.fromiter((len(t) for t, _, _ in spans), dtype=np.int32, count=len(spans))
+        total = int(lens.sum())
+        start = self.n
+        if start + total > self.capacity:
+            raise ValueError(f"batch capacity {self.capacity} exceeded ({start + total} tokens)")
+        offsets = np.cumsum(lens, dtype=np.int32) - lens  # each span's first row, from start
+        pos0 = np.fromiter((p for _, p, _ in spans), dtype=np.int32, count=len(spans))
+        seqs = np.fromiter((q for _, _, q in spans), dtype=np.int32, count=len(spans))
+        end = start + total
+        self.token[start:end] = list(itertools.chain.from_iterable(t for t, _, _ in spans))
+        self.pos[start:end] = np.arange(total, dtype=np.int32) + np.repeat(pos0 - offsets, lens)
+        self.seq[start:end] = np.repeat(seqs, lens)
+        self.logits[start:end] = int(logits)
+        self.n_outputs += total if logits else 0
+        self.n = end
+        return (offsets + start).tolist()
 
-    def native(self):
-        self._b.n_tokens = self.n
-        return self._b
 
-    def close(self) -> None:
-        if getattr(self, "_b", None) is not None:
-            C.llama_batch_free(self._b)
-            self._b = None
+class EmbdBatch(_Batch):
+    """A reusable ``llama_batch`` of embedding rows (DFlash: target features for the drafter's KV), no outputs."""
 
-    def __del__(self):
-        self.close()
+    def __init__(self, capacity: int):
+        super().__init__(capacity, n_pos=self.N_POS)
+
+    def fill(self, rows: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray) -> None:
+        """rows [n, width] float32 C-contiguous (kept alive by the caller through the decode); positions, seq_ids
+        [n]."""
+        n = len(rows)
+        if n > self.capacity:
+            raise ValueError(f"batch capacity {self.capacity} exceeded ({n} rows)")
+        self.pos[: self.N_POS * n].reshape(self.N_POS, n)[:] = positions
+        self.seq[:n] = seq_ids
+        self._b.embd = ctypes.cast(rows.ctypes.data, ctypes.POINTER(ctypes.c_float))
+        self.n = n
 
 
 class Context:
@@ -142,9 +192,9 @@ class Context:
         self.features_on = bool(params.feature_layers)
         self._feature_views: dict[int, tuple[int, np.ndarray]] = {}  # layer -> (buffer address, float view)
         self.n_vocab = model.n_vocab
-        self._ext = None
+        self._embd: Optional[EmbdBatch] = None  # made on the first inject
         self._iota = np.arange(0, dtype=np.int32)  # batch indices 0, 1, ...: picks passes slices of it
-        self.t_native = 0.0  # seconds spent inside llama_decode / llama_process (the engine's time split)
+        self.t_native = 0.0  # seconds spent inside llama_decode (the engine's time split)
         self.n_decodes = 0  # token batches decoded: outputs read later must come from the batch they expect
         # Calls that may change what the KV holds (decode, inject, seq_rm, clear, state restore): a check of the
         # KV's extent can be skipped while this has not moved (the engine's per-step invariant, see Engine._check)
@@ -160,9 +210,6 @@ class Context:
             return
         for seq in self._chains:
             C.llama_set_sampler(self._ptr, seq, None)
-        if self._ext is not None:
-            C.llama_batch_ext_free(self._ext)
-            self._ext = None
         C.llama_free(self._ptr)  # the context before its samplers and its model
         for _, chain in self._chains.values():
             C.llama_sampler_free(chain)
@@ -256,23 +303,16 @@ class Context:
         if n > self.params.n_batch or (not self.causal and n > self.params.n_ubatch):
             raise ValueError(f"injection of {n} rows exceeds n_batch/n_ubatch of this context")
         rows = np.ascontiguousarray(rows, dtype=np.float32)
-        if self._ext is None:
-            self._ext = C.llama_batch_ext_init(self._ptr)
-        ext = self._ext
-        batch_ext_clear(ext)
-        width, base, stride = rows.shape[1], rows.ctypes.data, rows.strides[0]
-        pos = (ctypes.c_int32 * 4)()  # M-RoPE drafters read 3 position rows; others read the first
-        for i, (p, seq) in enumerate(zip(positions.tolist(), seq_ids.tolist())):
-            idx = batch_ext_add_embd(ext, seq, EmbdRow(base + i * stride, 1, width))
-            if idx < 0:
-                raise DecodeError(idx, "llama_batch_ext_add_embd")
-            pos[0] = pos[1] = pos[2] = p
-            batch_ext_set_pos(ext, idx, pos)
+        if self._embd is None:
+            self._embd = EmbdBatch(max(self.params.n_batch, self.params.n_ubatch))
+        self._embd.fill(rows, positions, seq_ids)
         t = time.perf_counter()
         self.n_writes += 1
-        rc = C.llama_process(self._ptr, LLAMA_PROCESS_TYPE_DECODE, ext)
+        # an embedding batch through llama_decode: llama.cpp reads each row at the context's input width (for a
+        # DFlash drafter, its target-feature width)
+        rc = C.llama_decode(self._ptr, self._embd.native())
         self.t_native += time.perf_counter() - t
-        _raise_for(rc, "llama_process(inject)")
+        _raise_for(rc, "llama_decode(inject)")
 
     # --- outputs --------------------------------------------------------------------------------------
     def picks(self, indices: Sequence[int]) -> list[int]:
