@@ -8,6 +8,7 @@ import asyncio
 import os
 import pickle
 import signal
+import time
 
 import pytest
 
@@ -104,6 +105,9 @@ def test_an_engine_process_that_dies_fails_every_waiter(tiny):
 
     try:
         asyncio.run(main())
+        deadline = time.monotonic() + 5  # the reader thread calls on_death after it has failed the waiters
+        while not deaths and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert len(deaths) == 1 and isinstance(deaths[0], EngineDead)
     finally:
         link.stop()

@@ -33,7 +33,7 @@ from ..pair import Pair
 from . import adaptive, proposal, rejection
 from .costs import StepCosts
 from .accept import commit_tokens, greedy_accept, synthetic_accept, synthetic_rate
-from .drafter import Drafter, ProposeCost
+from .drafter import NO_COST, Drafter, ProposeCost
 from .prefix import PromptCache
 from .request import Event, Request, Result
 from .slot import Slot
@@ -186,7 +186,7 @@ class Engine:
         plan, features = self._schedule(running)                                            # schedule
         chunks = self._prefill_chunks(plan, prefilling)
         self._extract_features_if_needed(plan, chunks, features)
-        drafts = self.drafter.propose(plan + [(s, 0) for s in prefilling]) if self.drafter else {}  # propose
+        drafts = self._propose(plan, prefilling)                                             # propose
         self._before_verify()
         verdicts = self.verifier.verify([(s, drafts.get(s.seq, [])) for s in running], chunks)  # verify (+ prefill)
         for slot, chunk in chunks:
@@ -195,6 +195,17 @@ class Engine:
         events = [self._commit(s, drafts.get(s.seq, []), *verdicts[s.seq]) for s in running]  # accept + commit
         self._account(plan, prefilling, clock, time.perf_counter() - t_commit)
         return events
+
+    def _propose(self, plan: list[tuple[Slot, int]], prefilling: list[Slot]) -> dict[int, list[int]]:
+        """The drafter's part: pending features injected, draft blocks. A paused step with extraction off has
+        nothing for it (no slot drafts, and pending rows only grow in steps with features, which do come here and
+        keep them under MAX_PENDING_ROWS): skipped, as most of a paused engine's steps are."""
+        if self.drafter is None:
+            return {}
+        if not self.target_ctx.features_on and not any(k for _, k in plan):
+            self.drafter.last_cost = NO_COST
+            return {}
+        return self.drafter.propose(plan + [(s, 0) for s in prefilling])
 
     def _before_verify(self) -> None:
         """The target forward is a step's longest native call, and the GIL is free while it runs: work another
