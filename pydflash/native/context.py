@@ -8,7 +8,6 @@ checked first, so a bad call raises instead of aborting the process.
 from __future__ import annotations
 
 import ctypes
-import itertools
 import logging
 import time
 from typing import NamedTuple, Optional, Sequence
@@ -117,7 +116,7 @@ class TokenBatch(_Batch):
         """Append several sequences' tokens in one go: (tokens, pos0, seq_id) each, every row an output or none;
         returns each span's first batch index. The rows are gathered in Python lists and written with one slice
         assignment per field: a step's verify spans or draft blocks cost three numpy writes instead of a few per
-        slot (16 blocks of 16: 39 -> ~25 us on a CPU core; 4 single tokens stay ~5 us)."""
+        slot (on a CPU core, 16 blocks of 16 tokens: 52 -> 32 us; 4 single tokens: 13 -> 5 us)."""
         start = self.n
         tokens: list[int] = []
         pos: list[int] = []

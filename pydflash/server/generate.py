@@ -234,8 +234,8 @@ class Generation:
             while len(call.results) < len(call.reqs):
                 # no disconnect polling here: EventSourceResponse listens for the client's disconnect itself and
                 # cancels this generator (the finally below cancels the requests). A task and a timer per frame,
-                # as _next waits, cost the event loop ~1/5 of its time at 16 streams, and that thread shares the
-                # GIL with the engine's
+                # as _next waits, cost the event loop ~1/5 of its time at 16 streams (and with the engine on a
+                # thread of the worker, that time is the engine's GIL too)
                 rid, item = call.backlog.pop(0) if call.backlog else await call.sink.get()
                 if isinstance(item, BaseException):
                     self._count(call, "error")
