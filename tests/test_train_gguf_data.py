@@ -29,6 +29,31 @@ def test_shards_round_trip(tmp_path):
     assert got == rows
 
 
+def test_shards_are_lzma_and_older_ones_repack_to_the_same_rows(tmp_path):
+    """The data travels with every device call beside the tree (64 MiB in all): shards are written with LZMA, and a
+    zlib shard of an earlier run repacks to the same arrays."""
+    import zipfile
+
+    from pydflash.train.generate import main as gen_main
+
+    w = ShardWriter(str(tmp_path), rows_per_shard=8)
+    rng = np.random.default_rng(0)
+    rows = [(rng.integers(0, 262144, size=300).tolist(), 20, 1, i) for i in range(8)]
+    for r in rows:
+        w.add(*r)
+    with zipfile.ZipFile(tmp_path / "shard-0000.npz") as z:
+        assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_LZMA}
+    new = load_shards(str(tmp_path))
+    old = tmp_path / "old"
+    old.mkdir()
+    np.savez_compressed(old / "shard-0000.npz", **np.load(tmp_path / "shard-0000.npz"))  # as earlier runs wrote
+    gen_main(["--repack", str(old)])
+    with zipfile.ZipFile(old / "shard-0000.npz") as z:
+        assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_LZMA}
+    again = load_shards(str(old))
+    assert all(np.array_equal(new[k], again[k]) for k in new)
+
+
 def test_generate_is_the_targets_greedy_continuation(tiny, tmp_path):
     """Rows decoded many at a time are the target's own greedy continuations (the oracle, up to float ties), the
     prompt and kind bookkeeping is right, and --skip / next_skip let a later session continue."""
@@ -128,6 +153,12 @@ def test_committed_responses_are_whole_and_counted():
     assert ((d["lens"] - d["prompt_len"]) >= 3).mean() > 0.9
     assert set(np.unique(d["kind"]).tolist()) == set(range(len(KINDS)))
     assert (d["tokens"][d["starts"]] == 2).all()  # every row starts with Gemma's BOS
+    # every device call carries the whole tree (64 MiB with what it stages): the data stays in LZMA shards
+    import zipfile
+
+    for shard in (q for p in sets for q in p.glob("shard-*.npz")):
+        with zipfile.ZipFile(shard) as z:
+            assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_LZMA}, shard
 
 
 # Corpus lines whose H200 response leaves the cross-device band, each explained in docs/drafter.md; the check takes

@@ -9,21 +9,25 @@ trained on them learns what the deployed target says. Prompts are the corpus of 
 ``{"kind", "source", "text"}`` per line); chat prompts are tokenized with special tokens parsed, as the server does.
 
 The engine is kept full: requests are queued a few batches ahead and every finished one is written out, so
-the time budget ends the run cleanly at any point. Output: DIR/shard-XXXX.npz, each with
+the time budget ends the run cleanly at any point. Output: DIR/shard-XXXX.npz (LZMA inside: see save_npz), each with
 ``tokens`` (int32, rows concatenated: BOS + prompt + response), ``offsets`` (row starts, n_rows + 1),
 ``prompt_len``, ``kind`` (index into KINDS), ``index`` (line number in the prompt file), and DIR/generate.json
 (counts, throughput, the command). ``--skip N`` starts at line N, so later sessions continue with new prompts;
 ``--stop M`` ends before line M, so several processes can share one GPU on disjoint parts of the file (one
 process leaves the GPU idle while Python books a step of 128 slots).
+
+    python -m pydflash.train.generate --repack DIR [DIR ...]     # rewrite older zlib shards with LZMA
 """
 from __future__ import annotations
 
 import argparse
 import gzip
+import io
 import json
 import os
 import sys
 import time
+import zipfile
 from collections import deque
 from typing import Iterator
 
@@ -40,6 +44,42 @@ def read_prompts(path: str, skip: int = 0, stop: int = 0) -> Iterator[tuple[int,
                 return
             if i >= skip:
                 yield i, json.loads(line)
+
+
+def save_npz(path: str, **arrays: np.ndarray) -> None:
+    """``np.savez_compressed`` with LZMA instead of zlib; ``np.load`` reads it unchanged (zipfile decompresses
+    either). The committed data travels with every device call, whose 64 MiB also hold the rest of the tree: token
+    rows take 35 % less room this way (a shard of 775 k tokens: 443 -> 287 kB)."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_LZMA) as z:
+        for name, value in arrays.items():
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, np.asanyarray(value), allow_pickle=False)
+            z.writestr(name + ".npy", buf.getvalue())
+
+
+def repack(folders: list[str]) -> dict[str, int]:
+    """Rewrite every shard of these folders with LZMA (save_npz), each checked equal to its original before it
+    replaces it; shards already in LZMA are left as they are. Returns the bytes before and after."""
+    before = after = 0
+    for d in folders:
+        for name in sorted(os.listdir(d)):
+            if not (name.startswith("shard-") and name.endswith(".npz")):
+                continue
+            path = os.path.join(d, name)
+            before += os.path.getsize(path)
+            with zipfile.ZipFile(path) as z:
+                done = all(i.compress_type == zipfile.ZIP_LZMA for i in z.infolist())
+            if not done:
+                with np.load(path) as z:
+                    arrays = {k: z[k] for k in z.files}
+                tmp = path + ".tmp"
+                save_npz(tmp, **arrays)
+                with np.load(tmp) as z:
+                    if sorted(z.files) != sorted(arrays) or not all(np.array_equal(z[k], arrays[k]) for k in arrays):
+                        raise RuntimeError(f"{path}: the LZMA copy differs from the shard")
+                os.replace(tmp, path)
+            after += os.path.getsize(path)
+    return {"bytes_before": before, "bytes_after": after}
 
 
 class ShardWriter:
@@ -59,7 +99,7 @@ class ShardWriter:
         if not self.rows:
             return
         lens = [len(r[0]) for r in self.rows]
-        np.savez_compressed(
+        save_npz(
             os.path.join(self.out, f"shard-{self.n_shards:04d}.npz"),
             tokens=np.concatenate([np.asarray(r[0], dtype=np.int32) for r in self.rows]),
             offsets=np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
@@ -180,6 +220,10 @@ def run(args) -> dict:
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--repack"]:
+        print(json.dumps(repack(argv[1:])))
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", required=True)
     ap.add_argument("--prompts", required=True, help="gzip JSONL from pydflash.train.corpus")

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Pack what a GPU run needs into .device-bench/ (git-ignored), one folder per device call. Each call sends the
-# working tree too (tracked + untracked-not-ignored files, 61.2 MB with the drafter and the data runs of 2026-12-02)
-# and the tool refuses more than 64 MiB in all, so the model parts are sized to what the tree leaves (4 MB then: 64
-# part calls, ~5 s each).
+# working tree too (tracked + untracked-not-ignored files: 61.2 MB with the drafter and the data runs of 2026-12-02,
+# 58.2 MB once the data shards were repacked with LZMA) and the tool refuses more than 64 MiB in all, so the model
+# parts are sized to what the tree leaves (4 MB at 61.2 MB: 64 part calls, ~5 s each; ~8 MB at 58.2 MB).
 #   g0, g0b: the trimmed vendor/llama.cpp source in two halves (a call each: with the tree it would not fit g1's)
 #   g1: pure-Python packages the device lacks (llama_cpp, gguf, diskcache)
 #       + the commit at packing time (the tree itself travels with every call: name the commit again when you run)

@@ -124,7 +124,7 @@ start)
         > /dev/null 2>&1 &
     echo started build; nvidia-smi --query-gpu=name,memory.total --format=csv
     PYTHONPATH=$W/site python3 -c 'import fastapi, starlette, pydantic, uvicorn, sse_starlette, prometheus_client
-import jinja2, httpx, gguf, numpy; print("imports ok", fastapi.__version__, pydantic.__version__)' 2>&1 || true ;;
+import jinja2, httpx, gguf, numpy, lzma; print("imports ok", fastapi.__version__, pydantic.__version__)' 2>&1 || true ;;
 part)
     cp -r .device-bench/g$2/* $W/ && ls $W | grep 'part\|src.tgz' | tr '\n' ' '; tail -c 200 $W/build.log 2>/dev/null || true; echo ;;
 costs)
