@@ -27,6 +27,7 @@ import re
 import sys
 import time
 from collections import Counter
+from typing import Iterable
 
 from . import corpus_synth as synth
 from . import eval_suite
@@ -257,8 +258,10 @@ def valid(kind: str, text: str, ratio: float, heldout: Heldout, leaks: Leaks) ->
 
 
 def build(n: int, seed: int = 0, sources: list[Source] | None = None, heldout: list[str] | None = None,
-          log=lambda *a: None) -> tuple[list[dict], dict]:
-    """n prompts and the build's statistics. ``sources`` and ``heldout`` (texts) default to this machine's."""
+          log=lambda *a: None, exclude: Iterable[str] = ()) -> tuple[list[dict], dict]:
+    """n prompts and the build's statistics. ``sources`` and ``heldout`` (texts) default to this machine's.
+    ``exclude``: prompt texts of earlier corpora, not given again (as a duplicate within the build is not) so that a
+    later generation run spends no device time on prompts an earlier one answered."""
     rng = random.Random(seed)
     sources = [s for s in (sources if sources is not None else discover()) if s.paths]
     heldout = heldout if heldout is not None else heldout_texts()
@@ -268,7 +271,7 @@ def build(n: int, seed: int = 0, sources: list[Source] | None = None, heldout: l
     pools = {s.label: Pool(s, random.Random(f"{seed}/{s.label}"), filt, stats) for s in sources}
     feed = Feed(pools, random.Random(f"{seed}/feed"))
     vocab = synth.Vocab(random.Random(f"{seed}/vocab"), [feed.word() for _ in range(3000)], seed)
-    prompts, seen = [], set()
+    prompts, seen = [], set(exclude)
     for i, (kind, tokens) in enumerate(plan(n, rng)):
         for attempt in range(50):
             source, text, ratio = make(kind, tokens, pools, feed, vocab, rng)
@@ -328,10 +331,13 @@ def main(argv=None) -> None:
     ap.add_argument("--n", type=int, default=60000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--manifest")
+    ap.add_argument("--exclude", action="append", default=[],
+                    help="an earlier corpus (gzip JSONL) whose prompts this one leaves out; repeatable")
     a = ap.parse_args(argv)
     t0 = time.time()
     log = lambda m: print(f"[{time.time() - t0:6.1f}s] {m}", file=sys.stderr)
-    prompts, info = build(a.n, a.seed, log=log)
+    earlier = [json.loads(line)["text"] for path in a.exclude for line in gzip.open(path, "rt", encoding="utf-8")]
+    prompts, info = build(a.n, a.seed, log=log, exclude=earlier)
     sha = write(prompts, a.out)
     man = manifest(prompts, info, a.n, a.seed, sha)
     if a.manifest:

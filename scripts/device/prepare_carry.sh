@@ -70,11 +70,24 @@ du -sh .device-bench/* .device-bench/g1/*
 # built with patches up to 0005, and is rebuilt here with any later ones reverted while it reads the source.
 LATER=$(ls -r patches/*.patch | awk -F/ '$2 >= "0006"')
 for p in $LATER; do patch -R -d vendor/llama.cpp -p1 --quiet < "$p"; done
+# CORPUS_SEED=1 carries a second corpus instead (seed 1, built without any prompt of the first: sha256 1b3d2a6f...),
+# for the runs after the first's line ranges are used up (docs/drafter.md lists them); its lines count from 0 again.
 .venv/bin/python -m pydflash.train.corpus --n 60000 --seed 0 --out .device-bench/corpus/prompts.jsonl.gz || rc=$?
+if [ "${CORPUS_SEED:-0}" = 1 ] && [ "${rc:-0}" = 0 ]; then
+    mv .device-bench/corpus/prompts.jsonl.gz .device-bench/corpus/seed0.jsonl.gz
+    .venv/bin/python -m pydflash.train.corpus --n 60000 --seed 1 --exclude .device-bench/corpus/seed0.jsonl.gz \
+        --out .device-bench/corpus/prompts.jsonl.gz || rc=$?
+fi
 for p in $(echo "$LATER" | sort); do patch -d vendor/llama.cpp -p1 --quiet < "$p"; done
 [ "${rc:-0}" = 0 ]
-sha256sum .device-bench/corpus/prompts.jsonl.gz | grep -q '^4a6809ddc5bedcc5' \
-    || { echo "prepare_carry: the corpus is not the pinned one (sha256 4a6809dd...)" >&2; exit 1; }
+if [ "${CORPUS_SEED:-0}" = 1 ]; then
+    sha256sum .device-bench/corpus/seed0.jsonl.gz | grep -q '^4a6809ddc5bedcc5' && rm .device-bench/corpus/seed0.jsonl.gz \
+        && sha256sum .device-bench/corpus/prompts.jsonl.gz | grep -q '^1b3d2a6f43ee2338' \
+        || { echo "prepare_carry: the corpora are not the pinned ones (4a6809dd..., 1b3d2a6f...)" >&2; exit 1; }
+else
+    sha256sum .device-bench/corpus/prompts.jsonl.gz | grep -q '^4a6809ddc5bedcc5' \
+        || { echo "prepare_carry: the corpus is not the pinned one (sha256 4a6809dd...)" >&2; exit 1; }
+fi
 # The tree (~60 MB) and the whole corpus (8.1 MB) no longer fit one call (the 2026-12-01 session's gen call was refused):
 # it travels in two halves, staged like the model parts (part c0, part c1), and `gen` joins them
 mkdir -p .device-bench/gc0 .device-bench/gc1
