@@ -24,6 +24,7 @@
 #                     pydflash-server through HTTP; extra args pick conditions (--only ...) so that each call fits
 #   remote.sh adapt   in-process scripts/bench.py, plain against adaptive drafting (useless and shipped drafter) at
 #                     1, 8 and 16 slots, with the per-step split (draft / verify / commit / host: the host profile)
+#   remote.sh profile scripts/profile_host.py: the host part of a step by phase (16 slots L=8 and plain, 1 slot L=8)
 #   remote.sh hooks   scripts/bench_hooks.py on the Gemma pair: a drafter's cost while not drafting, 1/8/16 slots
 #   remote.sh cache   scripts/bench_cache.py: a 6-turn chat with a ~1,000-token system prompt, cache on / off
 #   remote.sh sampling  scripts/bench_sampling.py (issue 15): rejection against sample-and-match at T 0.7 / 1.0,
@@ -253,6 +254,13 @@ adapt)
         $BENCH --slots $c --rounds 3 --tokens 256 --reduced-head 0 --out $OUT/bench_gpu_adaptive_c$c.md \
             --only "synthetic L=8;adaptive, random drafter;trained drafter;trained drafter, adaptive"
     done ;;
+profile)  # scripts/profile_host.py: a step's host part by phase, 16 slots synthetic L=8 and plain, 1 slot L=8
+    use_build
+    for args in "--slots 16 --synth-len 8" "--slots 16 --synth-len 0" "--slots 1 --synth-len 8"; do
+        python3 scripts/profile_host.py --model gemma --ngl -1 --threads 8 --steps 400 $args \
+            --out $OUT/profile_host_$(echo $args | tr -d ' -' | tr '.' '_').json > /dev/null
+    done
+    ls $OUT ;;
 hooks)
     use_build
     for c in 1 8 16; do
