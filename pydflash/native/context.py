@@ -286,14 +286,12 @@ class Context:
         toks = batch.token[: batch.n]
         if toks.min() >= 0 and toks.max() < self.n_vocab:  # two reductions: the index is looked for only if needed
             return
-        bad = np.flatnonzero((toks < 0) | (toks >= self.n_vocab))
-        if len(bad):
-            i = int(bad[0])
-            raise InvalidBatch(
-                f"token id {int(toks[i])} at batch index {i} (sequence {batch.seq_of(i)}, "
-                f"position {int(batch.pos[i])}) is outside the vocabulary [0, {self.n_vocab}) of "
-                f"{self.model.path.name}; the batch was not decoded"
-            )
+        i = int(np.flatnonzero((toks < 0) | (toks >= self.n_vocab))[0])
+        raise InvalidBatch(
+            f"token id {int(toks[i])} at batch index {i} (sequence {batch.seq_of(i)}, "
+            f"position {int(batch.pos[i])}) is outside the vocabulary [0, {self.n_vocab}) of "
+            f"{self.model.path.name}; the batch was not decoded"
+        )
 
     def inject(self, rows: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray) -> None:
         """Decode a batch of embedding rows (DFlash: target features written into the drafter's KV).

@@ -94,11 +94,13 @@ class EngineLink:
 
     # --- called from the event loop -------------------------------------------------------------------------------
     def submit(self, req: Request, sink: Sink) -> None:
+        # registered, or refused, against the same reading of `dead`: _die then answers a registered sink once
         with self._lock:
-            if self.dead is None:
+            dead = self.dead
+            if dead is None:
                 self._sinks[req.id] = sink
-        if self.dead is not None:
-            sink.put((req.id, self._dead_error()))
+        if dead is not None:
+            sink.put((req.id, EngineDead(str(dead))))
             return
         self._send(("submit", req))
 
@@ -111,11 +113,12 @@ class EngineLink:
         is re-raised."""
         sink = Sink()
         with self._lock:
-            if self.dead is None:
+            dead = self.dead
+            if dead is None:
                 call_id = next(self._call_ids)
                 self._calls[call_id] = sink
-        if self.dead is not None:
-            raise self._dead_error()
+        if dead is not None:
+            raise EngineDead(str(dead))
         self._send(("call", call_id, fn, args))
         ok, value = await sink.get()
         if not ok:
@@ -181,6 +184,3 @@ class EngineLink:
             sink.put((False, self.dead))
         if self.on_death is not None:
             self.on_death(self.dead)
-
-    def _dead_error(self) -> EngineDead:
-        return EngineDead(str(self.dead))
