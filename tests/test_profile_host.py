@@ -13,7 +13,7 @@ def test_profile_host_names_every_phase_and_leaves_the_forwards_out(tmp_path):
     out = mod.main(["--model", "tiny", "--slots", "2", "--steps", "12", "--warmup", "3", "--out",
                     str(tmp_path / "p.json")])
     phases = out["phases"]
-    for name in ("propose", "propose.inject", "verify", "verify.features", "commit", "commit.emit",
+    for name in ("propose", "propose.inject", "verify", "verify.layer_rows", "settle_features", "commit", "commit.emit",
                  "commit.rollback (target seq_rm)", "propose.rollback (drafter seq_rm)"):
         assert name in phases, name
     assert phases["commit"]["calls_per_step"] == 2  # one per slot and step

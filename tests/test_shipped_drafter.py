@@ -41,6 +41,7 @@ def test_shifting_the_features_by_one_row_collapses_acceptance(gemma_path, monke
     real = Slot.add_features
 
     def late(self, rows, positions):
+        rows = rows.array()  # a copy of the rows the verify left in the target's buffers (LayerRows)
         # every position gets the features of the position before it (labels unchanged, so only quality drops)
         prev = getattr(self, "_prev_row", rows[:1])
         self._prev_row = rows[-1:]

@@ -46,22 +46,35 @@ class Drafter:
         self._blocks: dict[int, int] = {}  # seq -> batch index of its block's anchor in the last forward
         self._epoch = -1  # ctx.n_decodes of that forward
         self.last_cost = ProposeCost()
+        self._rows: np.ndarray | None = None  # the injection batch's rows (_rows_buffer)
 
     def inject(self, slots: list[Slot]) -> int:
-        """Write every pending feature row of these slots into the drafter KV, in n_ubatch chunks; returns how many."""
+        """Write every pending feature row of these slots into the drafter KV, in n_ubatch chunks; returns how many.
+        The rows are gathered into one batch buffer, most of them straight from the target's buffers."""
         parts = [(slot, p) for slot in slots for p in slot.take_pending()]
         if not parts:
             return 0
-        # one concatenation for all slots' rows (a single part is used as it is)
-        rows = np.concatenate([p.rows for _, p in parts]) if len(parts) > 1 else parts[0][1].rows
+        n = sum(len(p.positions) for _, p in parts)
+        rows = self._rows_buffer(n, parts[0][1].width)
+        at = 0
+        for _, p in parts:
+            p.copy_into(rows[at : at + len(p.positions)])
+            at += len(p.positions)
         pos = np.concatenate([p.positions for _, p in parts])
         seqs = np.concatenate([np.full(len(p.positions), s.seq, dtype=np.int32) for s, p in parts])
         step = self.ctx.params.n_ubatch
-        for i in range(0, len(rows), step):
+        for i in range(0, n, step):
             self.ctx.inject(rows[i : i + step], pos[i : i + step], seqs[i : i + step])
         for slot, p in parts:
             slot.drafter_len += len(p.positions)
-        return len(rows)
+        return n
+
+    def _rows_buffer(self, n: int, width: int) -> np.ndarray:
+        """[n, width] float32, C-contiguous, reused across steps (llama.cpp reads it only during the decode)."""
+        buf = self._rows
+        if buf is None or buf.shape[0] < n or buf.shape[1] != width:
+            buf = self._rows = np.empty((max(n, 2 * (0 if buf is None else buf.shape[0])), width), dtype=np.float32)
+        return buf[:n]
 
     def propose(self, plan: list[tuple[Slot, int]]) -> dict[int, list[int]]:
         """Drafts per slot seq for every (slot, K>0) in plan, from one batched drafter forward.

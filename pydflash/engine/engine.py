@@ -187,6 +187,7 @@ class Engine:
         chunks = self._prefill_chunks(plan, prefilling)
         self._extract_features_if_needed(plan, chunks, features)
         drafts = self._propose(plan, prefilling)                                             # propose
+        self._settle_features(active)
         self._before_verify()
         verdicts = self.verifier.verify([(s, drafts.get(s.seq, [])) for s in running], chunks)  # verify (+ prefill)
         for slot, chunk in chunks:
@@ -206,6 +207,14 @@ class Engine:
             self.drafter.last_cost = NO_COST
             return {}
         return self.drafter.propose(plan + [(s, 0) for s in prefilling])
+
+    def _settle_features(self, active: list[Slot]) -> None:
+        """Feature rows a slot keeps pending past this step (it did not inject them) are still in the target's
+        buffers, which the verify forward overwrites: copied out first. A drafting slot injected its rows straight
+        from those buffers (``LayerRows``), so in a drafting engine there is nothing to copy."""
+        if self.drafter is not None:
+            for slot in active:
+                slot.settle_pending()
 
     def _before_verify(self) -> None:
         """The target forward is a step's longest native call, and the GIL is free while it runs: work another
@@ -266,7 +275,7 @@ class Engine:
             return
         if slot.feature_gap:
             self._restart_drafter(slot, pos0)
-        slot.add_features(rows[:n], np.arange(pos0, pos0 + n, dtype=np.int32))
+        slot.add_features(rows.sub(0, n), np.arange(pos0, pos0 + n, dtype=np.int32))
 
     def _restart_drafter(self, slot: Slot, pos: int) -> None:
         log.debug("slot %d: drafter context restarts at position %d after a feature gap", slot.seq, pos)

@@ -266,7 +266,7 @@ class PromptCache:
         if dlen > n:
             self.dctx.seq_rm(slot.seq, n)
             dlen = n
-        rows = [p.rows for p in slot.pending]
+        rows = [p.array() for p in slot.pending]
         pos = np.concatenate([p.positions for p in slot.pending]) if rows else np.zeros(0, np.int32)
         rows = np.concatenate(rows) if rows else np.zeros((0, 0), np.float32)
         keep = pos < n

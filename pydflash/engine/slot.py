@@ -8,6 +8,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import InvariantError
+from ..native.features import LayerRows
 from .adaptive import SlotPolicy
 from .proposal import Proposal
 from .request import Request
@@ -19,8 +20,26 @@ from .text import TextStream
 class FeatureRows:
     """Target features of committed positions, tagged with those positions so misalignment is detectable."""
 
-    rows: np.ndarray  # [n, n_feature_layers * n_embd_target] float32
+    # [n, n_feature_layers * n_embd_target] float32: our copy, or rows still in the target's buffers (the step
+    # that verified them; the drafter's batch is filled from them directly, or ``settle`` copies them out)
+    rows: np.ndarray | LayerRows
     positions: np.ndarray  # [n] int32
+
+    @property
+    def width(self) -> int:
+        return self.rows.width if isinstance(self.rows, LayerRows) else self.rows.shape[1]
+
+    def copy_into(self, out: np.ndarray) -> None:
+        if isinstance(self.rows, LayerRows):
+            self.rows.copy_into(out)
+        else:
+            out[:] = self.rows
+
+    def array(self) -> np.ndarray:
+        return self.rows.array() if isinstance(self.rows, LayerRows) else self.rows
+
+    def settle(self) -> None:
+        self.rows = self.array()
 
 
 @dataclass
@@ -40,6 +59,7 @@ class Slot:
     # features known, not yet injected (the ``pending`` property; its end position is kept beside it)
     _pending: list[FeatureRows] = field(default_factory=list, repr=False)
     _pending_end: int = -1  # end position of the last non-empty pending part, -1: none
+    _pending_in_place: bool = False  # some pending rows are still in the target's buffers (``settle_pending``)
     # Some committed positions past the rows got no features (decoded while extraction was off): the rows end
     # before n_past until features resume, and then the drafter's context restarts there.
     feature_gap: bool = False
@@ -62,6 +82,7 @@ class Slot:
     @pending.setter
     def pending(self, parts: list[FeatureRows]) -> None:
         self._pending = parts
+        self._pending_in_place = any(isinstance(p.rows, LayerRows) for p in parts)
         self._pending_end = next((int(p.positions[-1]) + 1 for p in reversed(parts) if len(p.positions)), -1)
 
     @property
@@ -86,15 +107,23 @@ class Slot:
         self.drafter_base = self.drafter_len = pos
         self.feature_gap = False
 
-    def add_features(self, rows: np.ndarray, positions: np.ndarray) -> None:
+    def add_features(self, rows: np.ndarray | LayerRows, positions: np.ndarray) -> None:
         expected = self.n_featured
         if len(positions) and positions[0] != expected:
             raise InvariantError(
                 f"slot {self.seq}: feature rows start at position {positions[0]}, expected {expected}"
             )
         self._pending.append(FeatureRows(rows, positions))
+        self._pending_in_place |= isinstance(rows, LayerRows)
         if len(positions):
             self._pending_end = int(positions[-1]) + 1
+
+    def settle_pending(self) -> None:
+        """Copy out pending rows that are still in the target's buffers: its next forward overwrites them."""
+        if self._pending_in_place:
+            for p in self._pending:
+                p.settle()
+            self._pending_in_place = False
 
     def take_pending(self) -> list[FeatureRows]:
         """Hand over the pending rows, checked contiguous from drafter_len (the caller joins them with other slots'

@@ -3,10 +3,9 @@ target features, and on request the distributions it sampled from."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..errors import InvalidBatch, InvariantError
 from ..native import Context, TokenBatch
+from ..native.features import LayerRows
 from .slot import Slot
 
 
@@ -19,12 +18,13 @@ class Verifier:
         self._epoch = -1  # ctx.n_decodes of that forward
 
     def verify(self, spans: list[tuple[Slot, list[int]]], chunks: list[tuple[Slot, list[int]]] = ()
-               ) -> dict[int, tuple[list[int], np.ndarray | None, int]]:
+               ) -> dict[int, tuple[list[int], LayerRows | None, int]]:
         """One target forward over every running slot's [anchor, drafts...] and the next prompt chunk of every
         slot still prefilling (chunk tokens are not outputs).
 
         Returns per slot seq: (picks t0..tK, [] for a chunk; the feature rows of its tokens or None; its first
-        position). Rows are None when the engine has no drafter or has extraction off for this step. Features
+        position). Rows are None when the engine has no drafter or has extraction off for this step; else they are
+        ``LayerRows``, still in llama.cpp's buffers, readable until the target's next forward. Features
         cover every token of the batch, across ubatches (upstream fills the layer-input buffer at each ubatch's
         offset), so a slot's rows are the batch rows it occupies.
         """
@@ -35,7 +35,7 @@ class Verifier:
         for slot, chunk in chunks:
             where.append((slot, b.add(chunk, slot.n_past, slot.seq, False), len(chunk), False))
         self.ctx.decode(b)
-        feats = self.ctx.features(b.n) if self.with_features and self.ctx.features_on else None
+        feats = self.ctx.layer_rows(b.n) if self.with_features and self.ctx.features_on else None
         # the spans came first, every row an output: all their picks in one read (one backend synchronization)
         all_picks = self.ctx.picks(range(sum(n for _, _, n, is_span in where if is_span)))
         if all_picks and (min(all_picks) < 0 or max(all_picks) >= self.ctx.n_vocab):  # one check for the batch
@@ -44,7 +44,7 @@ class Verifier:
         out = {}
         for slot, start, n, is_span in where:
             picks = all_picks[start : start + n] if is_span else []
-            rows = feats[start : start + n] if feats is not None else None
+            rows = feats.sub(start, n) if feats is not None else None
             out[slot.seq] = (picks, rows, slot.n_past)
         self._spans = {slot.seq: start for slot, start, _, is_span in where if is_span}
         self._epoch = self.ctx.n_decodes

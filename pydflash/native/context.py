@@ -21,6 +21,7 @@ from ._lib import (
     get_sampled_token_ith, get_sampled_tokens, llama_set_embeddings_layer_inp, memory_seq_pos_max, memory_seq_pos_min,
     memory_seq_rm, raise_if_interrupted, sampler_accept,
 )
+from .features import LayerRows
 from .handles import ContextParams, Model
 
 # From this many indices on, picks reads them in one call (patches/0008): below it, building the index array costs
@@ -390,17 +391,21 @@ class Context:
         self.features_on = on
 
     def features(self, n_tokens: int) -> np.ndarray:
-        """Layer-input features of every token of the last batch: [n_tokens, n_layers * n_embd] float32.
+        """Layer-input features of every token of the last batch: [n_tokens, n_layers * n_embd] float32, a copy.
 
         Layers are concatenated in ``feature_layers`` order, which is the drafter's ``fc`` input order.
         """
+        return self.layer_rows(n_tokens).array()
+
+    def layer_rows(self, n_tokens: int) -> LayerRows:
+        """The same rows left in llama.cpp's buffers (no copy): readable until this context's next decode."""
         if not self.features_on:
             raise DecodeError(-1, "feature extraction is off for this batch")
-        n_embd = self.model.n_embd
-        out = np.empty((n_tokens, len(self.params.feature_layers) * n_embd), dtype=np.float32)
-        for k, lid in enumerate(self.params.feature_layers):
-            out[:, k * n_embd : (k + 1) * n_embd] = self._feature_view(lid)[:n_tokens]
-        return out
+        views = [self._feature_view(lid) for lid in self.params.feature_layers]
+        return LayerRows(views, self.n_decodes, self._decodes, 0, n_tokens)
+
+    def _decodes(self) -> int:
+        return self.n_decodes
 
     def _feature_view(self, lid: int) -> np.ndarray:
         """A numpy view of one layer's feature buffer, rebuilt only when llama.cpp moves the buffer: building one

@@ -90,6 +90,8 @@ assemble_model() {
 # llama.cpp, so pydflash's import must not load it. Bounded by a timeout so that the export always runs; the first
 # try, during the CUDA build's 16 compile jobs, ran past its call's limit and returned nothing.
 train_cmd() {  # SECONDS LAYERS, from a tree root; DATA / TRAIN_ARGS from the environment
+    [ -f pydflash/models/gemma-3-270m-dflash.safetensors ] \
+        || { echo "no drafter safetensors in the carried tree (packed with SLIM=1?): training starts from it"; return 1; }
     timeout $(($1 + 300)) env -u PYDFLASH_LIB_DIR python3 -m pydflash.train.trainer --gguf $W/gemma.gguf \
         --out $W/drafter --data "${DATA:-$(ls -d $PWD/pydflash/train/gguf_data/*/*/ $W/data/*p*/ 2>/dev/null | sed 's:/$::' | paste -sd,)}" \
         --init pydflash/models/gemma-3-270m-dflash.safetensors --layers "$2" --seconds "$1" ${TRAIN_ARGS:-}
