@@ -102,19 +102,24 @@ def main(argv=None) -> dict:
         p = write_tiny_pair(str(cache_dir() / "profile_host_tiny"), arch="gemma3", seed=0)
         target, drafter = p.target, p.drafter
     spec = a.synth_len > 0
-    cfg = EngineConfig(n_slots=a.slots, n_ctx_slot=4096, n_threads=a.threads, n_gpu_layers=a.ngl,
+    # every slot must still be running at the end: warm-up + bare + wrapped steps commit up to ~9 tokens a slot each
+    # at L=8 (the H200 run of 2026-12-02 sized this at 4096 and its slots finished during the wrapped steps)
+    n_ctx = 64 + len(PROMPT) + 10 * (a.warmup + a.steps + a.steps // 2)
+    cfg = EngineConfig(n_slots=a.slots, n_ctx_slot=n_ctx, n_threads=a.threads, n_gpu_layers=a.ngl,
                        check_invariants=False, adaptive=False, **({"synth_len": a.synth_len} if spec else {"draft_max": 0}))
     llm = api.load(target, drafter if spec else None, config=cfg)
     eng = llm.engine
     # long requests that fit the SWA window's checkpoint rule are not needed here: the prompt cache is kept out
     for _ in range(a.slots):
-        eng.submit(Request(PROMPT, max_tokens=3500, ignore_eos=True, cache_prompt=False))
+        eng.submit(Request(PROMPT, max_tokens=n_ctx - len(PROMPT) - 32, ignore_eos=True, cache_prompt=False))
     clocks = [eng.target_ctx] + ([eng.drafter.ctx] if eng.drafter else [])
     for _ in range(a.warmup):
         eng.step()
     bare = measure(eng, a.steps // 2, clocks)
     acc, calls = wrap(phases(eng), clocks)
     wrapped = measure(eng, a.steps, clocks)
+    if sum(s is not None for s in eng.slots) < a.slots:  # per-step figures would mix in steps of fewer slots
+        raise SystemExit("profile_host: a request finished before the last measured step")
     rows = {label: {"us_per_step": round(1e6 * acc[label] / a.steps, 1), "calls_per_step": calls[label] / a.steps}
             for label in sorted(acc, key=lambda k: -acc[k])}
     out = {"model": a.model, "ngl": a.ngl, "slots": a.slots, "synth_len": a.synth_len, "steps": a.steps,

@@ -58,7 +58,8 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
 echo "$(git rev-parse --short HEAD)$(git status --porcelain --untracked-files=no | grep -q . && echo ' (+ uncommitted changes)')" \
     > .device-bench/g1/commit.txt
 MODEL=$(.venv/bin/python -c "from pydflash.defaults import gemma_target; print(gemma_target())")
-TREE=$(git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s}')
+# (a tracked file removed from the working tree, as SLIM=1 does, does not travel: stat skips it)
+TREE=$( { git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null || true; } | awk '{s += $1} END {print s}')
 PART=$(( (64 * 1048576 - TREE - 1000000) / 1000000 * 1000000 ))  # 1 MB of slack for files that appear meanwhile
 echo "tree ${TREE} bytes: model parts of ${PART} bytes"
 split -b $PART -d -a 2 "$MODEL" .device-bench/part
