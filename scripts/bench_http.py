@@ -110,6 +110,10 @@ CONDITIONS = [
       for n in (1, 4, 8)),
     Condition("py-dflash", "pydflash", "pydflash, shipped drafter, adaptive", (), "shipped"),
     Condition("py-random", "pydflash", "pydflash, random drafter, adaptive", (), "random"),
+    # CUDA loads each kernel at its first launch by default (lazy module loading): a batch shape that needs kernels
+    # no earlier step used pays for loading them, which a drafting server meets at many shapes. The A/B for that:
+    Condition("py-dflash-eager", "pydflash", "pydflash, shipped drafter, adaptive, CUDA_MODULE_LOADING=EAGER", (),
+              "shipped", (("CUDA_MODULE_LOADING", "EAGER"),)),
     # the engine on a thread of the worker, as before it had a process of its own (server/core.py): for the A/B
     *(Condition(f"{c}-thread", "pydflash", f"{label}, engine thread in the worker", args, drafter,
                 (("PYDFLASH_ENGINE_PROCESS", "0"),))
@@ -285,7 +289,11 @@ def start_condition(cond: Condition, a: argparse.Namespace, target: str, drafter
     log_path = log_dir / f"{cond.id}.log"
     res: dict = {"label": cond.label, "server": cond.server, "levels": {}}
     try:
-        server = Server(args, log_path, a.ready_timeout, program=program, env=dict(cond.env))
+        env = dict(cond.env)
+        if a.step_trace and cond.server == "pydflash":  # a JSON line per engine step (pydflash/engine/trace.py)
+            pathlib.Path(a.step_trace).mkdir(parents=True, exist_ok=True)
+            env["PYDFLASH_STEP_TRACE"] = str(pathlib.Path(a.step_trace) / cond.id)
+        server = Server(args, log_path, a.ready_timeout, program=program, env=env)
     except ServerStartError as exc:
         res["command"] = None
         res["error"] = f"{exc}: {log_tail(log_path)}"
@@ -707,6 +715,8 @@ def main(argv=None) -> int:
     ap.add_argument("--stem", default="benchmarks", help="file names in --out-dir")
     ap.add_argument("--log-dir", default=None, help="server logs (default: a fresh directory under /tmp)")
     ap.add_argument("--no-render", action="store_true", help="write only the JSON (render later with --render)")
+    ap.add_argument("--step-trace", default="",
+                    help="DIR: each pydflash server's engine writes a JSON line per step to DIR/<condition>.<pid>")
     ap.add_argument("--py-verbose", action="store_true",
                     help="pydflash-server -v: its log (in --log-dir) gives each adaptive-drafting pause and why")
     a = ap.parse_args(argv)

@@ -29,6 +29,14 @@ final comparison: drafting must beat R_plain by MARGIN, or nobody drafts this st
 - Target features are extracted only when needed: in drafting steps and in the FEATURE_LEAD steps before a probe
   (SHORT_LEAD before the probe of a pause of LONG_PAUSE steps or more).
   The drafter's context then restarts from those features (see ``Slot``), at no extra target work.
+- Realized against modelled: the cost curves keep robust means (a bucket's least early sample, an EMA that a
+  spike moves by at most 2x), which is right for the stalls of a busy machine but hides costs that recur only in
+  drafting steps. On the H200 through HTTP the shipped drafter at 16 clients drafted at 4 tokens a step and ran at
+  0.52x of plain (in one of five rounds; 0.84x in another): its steps took far longer than the curves said. So
+  each steady drafting step's measured seconds are set against what the curves predicted for it when it was
+  planned: the ratio of their decayed sums at n slots (``overhead_at``, believed in proportion to its evidence,
+  taken as >= 1) scales every drafting step's cost at n, and a drafter that the curves flatter stops drafting after
+  a few steps. Each probe at n lowers that evidence's weight, so drafting comes back now and then to measure again.
 - Calibration: the first decode steps measure a plain step (features kept) and every slot drafting 2; one slot's
   whole block is measured at once on a GPU, on a CPU once the drafts look good enough for it to matter
   (``_calibration``). Steps carrying a prompt chunk are not measured, so calibration lasts until enough pure
@@ -42,7 +50,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from .costs import ROBUST_FIRST, StepCosts
+from .costs import ROBUST_FIRST, WARMUP, StepCosts
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +85,13 @@ SHORT_LEAD = 16
 # observing one costs ~20 us of Python, ~2 % of an H200 step of the 270M target (a useless drafter's whole budget
 # against plain decoding is 3 %)
 PAUSED_SAMPLE_EVERY = 8
+# realized against modelled (the module): sums of measured and predicted seconds of steady drafting steps, decayed
+OVERHEAD_DECAY = 0.95  # per step at the same n: the ratio follows the last ~20 drafting steps
+OVERHEAD_MAX = 4.0  # one step counts at most this many times its prediction (a stall for another reason)
+WARMUP_MAX = 2.0  # the same for one of the first WARMUP runs of its exact shape (observe_step)
+OVERHEAD_FORGET = 0.8  # a probe at n keeps this share of the sums' weight: the ratio stands, its belief fades
+OVERHEAD_CONFIDENCE = 4.0  # steps of evidence at which half the measured excess is believed (few steps: mostly 1)
+OVERHEAD_SHAPES = 4096  # exact step shapes remembered for their warm-up (forgotten all at once past this)
 
 
 @dataclass
@@ -135,20 +150,25 @@ class DraftPolicy:
     pause: int = 0  # plain steps left before every slot probes (0: deciding every step)
     backoff: int = MIN_BACKOFF  # the next pause length
     calibrated: int = 0  # 1: plain and short drafts measured; 2: a whole block too
-    _last: tuple | None = None  # (slots, K per slot) of the last drafting decision
+    _last: tuple | None = None  # (slots, K per slot, predicted seconds) of the last drafting decision
     _age: int = 0  # steps it has been used
     _drafting_steps: int = 0  # steps decided outside pauses
     _lead: int = FEATURE_LEAD  # feature steps before the current pause's probe
     _probe_hits: int | None = None  # drafts accepted in the last pause's probe step (None: no probe pending)
     _paused_steps: int = 0  # featureless pause steps seen (samples_costs)
     _probe_step: bool = False  # the step just planned is a pause's probe (costs_are_upper_bounds)
+    # n -> [measured, predicted seconds, steps] of steady drafting steps at n slots, decayed (realized against
+    # modelled), and how often each exact step shape ran (its first WARMUP runs count only up to WARMUP_MAX)
+    overhead: dict = field(default_factory=dict)
+    _shapes: dict = field(default_factory=dict)
+    _predicted: float | None = None  # the curves' seconds for the drafting step just planned (None: not one)
 
     def plan(self, slots: list[tuple[SlotPolicy, int]]) -> Plan:
         """K for each (slot policy, draft_max) of the running slots, chosen together."""
         n = len(slots)
         maxes = [m for _, m in slots]
         zeros = [0] * n
-        self._probe_step = False
+        self._probe_step, self._predicted = False, None
         if not any(maxes):
             return Plan(zeros, False)
         if self.pause > 1:  # most steps of a paused engine: nothing else to decide
@@ -164,6 +184,7 @@ class DraftPolicy:
             return Plan(zeros, True)
         if self.pause == 0 and self._last is not None and self._last[0] == key and self._age < REPLAN_EVERY:
             self._age += 1  # the same slots as the last decision, which drafted: keep it for a few steps
+            self._predicted = self._last[2]
             return Plan(list(self._last[1]), True)
         curves = [accept_curve(pol.counts, self.prior, m) for pol, m in slots]
         # a plain step costs at most what one with features costs: the smaller of the two is the fresher (steps
@@ -174,6 +195,7 @@ class DraftPolicy:
         blank_probe, self._probe_hits = self._probe_hits == 0, None
         if self.pause == 1:  # the probe: every slot drafts at its best drafting K
             self.pause, self._probe_hits, self._probe_step = 0, 0, True
+            self._forget_overhead(n)
             return Plan(probe(), True)
         if not any(ks):
             if log.isEnabledFor(logging.INFO):  # once per pause: why (what the GPU's cost curves said)
@@ -194,7 +216,9 @@ class DraftPolicy:
                     probes = probes or probe()
                     ks[i] = probes[i]
                     pol.left_out, pol.patience = 0, min(2 * pol.patience, MAX_BACKOFF)
-        self._last, self._age = (key, ks), 1
+        v, d, _ = self._drafting_step(n, curves, ks)
+        self._predicted = v + d
+        self._last, self._age = (key, ks, self._predicted), 1
         return Plan(list(ks), True)
 
     def samples_costs(self) -> bool:
@@ -204,6 +228,45 @@ class DraftPolicy:
             return True
         self._paused_steps += 1
         return self._paused_steps % PAUSED_SAMPLE_EVERY == 0
+
+    def observe_step(self, n: int, seconds: float, steady: bool, shape: tuple = ()) -> None:
+        """The measured seconds of the step just planned (all of it: both forwards and the host work around them).
+        A steady drafting step (no catch-up injection, not a probe) teaches ``overhead[n]``."""
+        if self._predicted is None or not steady or self._predicted <= 0.0:
+            return
+        if len(self._shapes) > OVERHEAD_SHAPES:
+            self._shapes.clear()
+        runs = self._shapes[shape] = self._shapes.get(shape, 0) + 1
+        # a warm-up run counts, but at most WARMUP_MAX x its prediction: its one-off cost (a graph allocation,
+        # 100x a step) is not drafting's, yet a policy whose shapes keep changing pays some of it every step
+        cap = WARMUP_MAX if self.costs.drop_first and runs <= WARMUP else OVERHEAD_MAX
+        sums = self.overhead.setdefault(n, [0.0, 0.0, 0.0])
+        sums[0] = OVERHEAD_DECAY * sums[0] + min(seconds, cap * self._predicted)
+        sums[1] = OVERHEAD_DECAY * sums[1] + self._predicted
+        sums[2] = OVERHEAD_DECAY * sums[2] + 1.0
+
+    def overhead_at(self, n: int) -> float:
+        """What drafting steps at n slots cost over the curves' prediction: a ratio of sums (the mean cost is what
+        throughput pays, spikes included), believed in proportion to its evidence (a step or two of it barely
+        count, and each probe keeps OVERHEAD_FORGET of it, so that drafting resumes now and then to measure
+        again). Never taken as less
+        than 1: curves that overrate drafting only make it pause, which costs little (unlike the opposite)."""
+        sums = self.overhead.get(n)
+        if sums is None or sums[1] <= 0.0:
+            return 1.0
+        excess = sums[0] / sums[1] - 1.0
+        return 1.0 + max(0.0, excess) * sums[2] / (sums[2] + OVERHEAD_CONFIDENCE)
+
+    @property
+    def predicted(self) -> float | None:
+        """The curves' seconds for the drafting step just planned, overhead not applied (None: not one)."""
+        return self._predicted
+
+    def _forget_overhead(self, n: int) -> None:
+        sums = self.overhead.get(n)
+        if sums is not None:
+            for i in range(3):
+                sums[i] *= OVERHEAD_FORGET
 
     def costs_are_upper_bounds(self) -> bool:
         """Whether the step just planned teaches the cost curves only upper bounds (StepCosts.observe): a pause's
@@ -269,10 +332,11 @@ class DraftPolicy:
         ks = list(maxes)  # the chords start from everybody drafting the whole block
         lam = plain
         best, best_rate = [0] * n, plain * (1.0 + MARGIN)
+        f = self.overhead_at(n)  # a drafting step's realized cost over the curves' (the module)
         cv0, cd0 = self._chords(n, ks)
         for i in range(ROUNDS):
             cv, cd = (cv0, cd0) if i == 0 else self._chords(n, ks)
-            ks = _best_ks(curves, maxes, lam, cv, cd)
+            ks = _best_ks(curves, maxes, lam, f * cv, f * cd)
             if not any(ks):
                 break
             rate = self._rate(n, curves, ks)
@@ -285,10 +349,11 @@ class DraftPolicy:
         """One line on a pause decision: plain decoding's rate against that of each slot's best drafting K, with
         the costs and expected acceptance behind it."""
         v, d, accepted = self._drafting_step(n, curves, ks)
+        f = self.overhead_at(n)
         return (f"drafting pauses {self.backoff} steps at {n} slot{'s' if n != 1 else ''}: plain {plain:.0f} tok/s "
-                f"(V {1e3 * n / plain:.3f} ms) against {(n + accepted) / (v + d):.0f} tok/s drafting K={ks} "
-                f"(V {1e3 * v:.3f} ms + D {1e3 * d:.3f} ms for {accepted:.2f} accepted drafts); first-draft rate "
-                f"{self._first_draft_rate():.2f}")
+                f"(V {1e3 * n / plain:.3f} ms) against {(n + accepted) / (f * (v + d)):.0f} tok/s drafting K={ks} "
+                f"(V {1e3 * v:.3f} ms + D {1e3 * d:.3f} ms, x{f:.2f} realized, for {accepted:.2f} accepted drafts); "
+                f"first-draft rate {self._first_draft_rate():.2f}")
 
     def _chords(self, n: int, ks: list[int]) -> tuple[float, float]:
         """Seconds per extra verify token and per extra drafter block token, around the choice ks."""
@@ -304,7 +369,7 @@ class DraftPolicy:
 
     def _rate(self, n: int, curves: list[list[float]], ks: list[int]) -> float:
         v, d, accepted = self._drafting_step(n, curves, ks)
-        return (n + accepted) / (v + d)
+        return (n + accepted) / (self.overhead_at(n) * (v + d))
 
 
 def _best_ks(curves: list[list[float]], maxes: list[int], lam: float, cv: float, cd: float,

@@ -60,17 +60,18 @@ class Curve:
     # and queries only when it decides (rebuilding on each observation cost ~4 us of a ~1.2 ms H200 step per curve)
     _sorted: tuple[list[float], list[float]] | None = field(default=None)
 
-    def observe(self, x: int, seconds: float, upper_bound: bool = False) -> None:
+    def observe(self, x: int, seconds: float, upper_bound: bool = False) -> bool:
         """upper_bound: the sample bounds the steady cost from above (a GPU step whose shape differs from the step
-        before, see StepCosts.observe): it may only lower a measured bucket's value, never make one."""
+        before, see StepCosts.observe): it may only lower a measured bucket's value, never make one. Returns
+        whether the sample counted as a steady one (not a warm-up step, not an upper bound)."""
         b = bucket(x)
         if upper_bound:
             p = self.points.get(b)
             if p is None or seconds >= p[1]:
-                return
+                return False
         if self.drop_first and self.seen.get(b, 0) < WARMUP:  # a warm-up step for this shape
             self.seen[b] = self.seen.get(b, 0) + 1
-            return
+            return False
         p = self.points.get(b)
         if p is None:
             p = self.points[b] = [float(x), seconds, 1]
@@ -86,6 +87,7 @@ class Curve:
                 if q[0] < p[0] and q[1] > p[1]:
                     q[1] = p[1]
         self._sorted = None
+        return not upper_bound
 
     def _points(self) -> tuple[list[float], list[float]]:
         """(xs, seconds) in x order."""
@@ -159,18 +161,22 @@ class StepCosts:
         self.draft = Curve(self.drop_first)
 
     def observe(self, n: int, n_verify: int, features: bool, t_verify: float, n_block: int, t_draft: float,
-                upper_bound: bool = False) -> None:
+                upper_bound: bool = False) -> bool:
         """One decode step of n running slots: n_verify target tokens (features on or off) in t_verify seconds,
         n_block drafter block tokens (0: no drafting) in t_draft seconds.
 
         upper_bound: a step that bounds what such steps cost once they repeat, on a GPU a paused engine's probe.
         ggml-cuda replays a captured CUDA graph only for the shape a context ran last, so a drafting step among
         plain ones runs without one (through HTTP on the H200 a 4-draft probe's verify took ~4 ms, against
-        ~1.4 ms run steadily): such a sample may lower a measured cost, never raise or make one."""
-        self.verify_by_n.setdefault((features, n), Curve(self.drop_first)).observe(n_verify, t_verify, upper_bound)
+        ~1.4 ms run steadily): such a sample may lower a measured cost, never raise or make one.
+
+        Returns whether the step was a steady one for both its shapes (past their warm-up, not an upper bound)."""
+        kept = self.verify_by_n.setdefault((features, n), Curve(self.drop_first)).observe(n_verify, t_verify,
+                                                                                          upper_bound)
         self.verify_any[features].observe(n_verify, t_verify, upper_bound)
         if n_block:
-            self.draft.observe(n_block, t_draft, upper_bound)
+            kept = self.draft.observe(n_block, t_draft, upper_bound) and kept
+        return kept
 
     def known(self, features: bool) -> bool:
         return self.verify_any[features].known

@@ -1,9 +1,10 @@
 """The drafter side of a step: inject committed target features, then propose a draft block per slot.
 
 One drafter forward covers every drafting slot's noise block ``[anchor, MASK x K]`` (non-causal inside each block;
-the unified KV mask keeps sequences apart). The noise block writes its own K/V at [n_past, n_past + K]; we remove
-it right after reading the drafts, before the committed features are injected at those positions, or it would
-pollute the next draft.
+the unified KV mask keeps sequences apart). The noise block writes its own K/V at [n_past, n_past + K]; it must be
+removed before the committed features are injected at those positions, or it would pollute the next draft. The
+engine removes the blocks (``drop_blocks``) while the target's verify forward runs on the device: on the H200 those
+16 rollbacks of a 16-slot step cost ~0.25 ms of host time that nothing else overlapped (docs/gpu_2026-12-02-d).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class Drafter:
         self._epoch = -1  # ctx.n_decodes of that forward
         self.last_cost = ProposeCost()
         self._rows: np.ndarray | None = None  # the injection batch's rows (_rows_buffer)
+        self._written: list[tuple[int, int]] = []  # (seq, first position) of noise blocks still in the drafter KV
 
     def inject(self, slots: list[Slot]) -> int:
         """Write every pending feature row of these slots into the drafter KV, in n_ubatch chunks; returns how many.
@@ -82,6 +84,7 @@ class Drafter:
         Drafting slots first get their pending features injected; a slot that is not drafting keeps collecting
         them (no drafter work while adaptive drafting has it paused) until MAX_PENDING_ROWS.
         """
+        self.drop_blocks()  # normally done during the last verify; a step that failed before it leaves them
         drafting = [(s, k) for s, k in plan if k > 0]
         injecting = [s for s, k in plan if k > 0 or s.n_pending >= MAX_PENDING_ROWS]
         if not injecting:  # nothing for the drafter to do: a paused engine's every step
@@ -114,11 +117,18 @@ class Drafter:
             # a sampling chain drew one uniform per block row from a scratch copy of its stream: advance the stream
             # past all of them, or the next block would reuse the same draws (a no-op for a greedy chain)
             self.ctx.accept(slot.seq, [slot.anchor] + raw)
-            self.ctx.seq_rm(slot.seq, slot.n_past)  # drop the noise block's own K/V
+        self._written = [(slot.seq, slot.n_past) for slot, _ in drafting]  # the noise blocks' own K/V (drop_blocks)
         self._blocks = {slot.seq: start for slot, start, _ in where}
         self._epoch = self.ctx.n_decodes
         self.last_cost = ProposeCost(t1 - t0, rows, time.perf_counter() - t1)
         return drafts
+
+    def drop_blocks(self) -> None:
+        """Remove the last forward's noise blocks from the drafter KV (before the drafter's next forward, and before
+        anything reads that KV: the engine calls this during the verify)."""
+        written, self._written = self._written, []
+        for seq, pos in written:
+            self.ctx.seq_rm(seq, pos)
 
     def q(self, seq: int, i: int):
         """q_i: the distribution draft i (0-based) of this sequence's last block was sampled from, after its

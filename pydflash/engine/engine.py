@@ -39,6 +39,7 @@ from .request import Event, Request, Result
 from .slot import Slot
 from .stats import Stats
 from .text import TextStream
+from .trace import StepTrace
 from .verifier import Verifier
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ class Engine:
         # The owner's hook right before each step's target forward (the server delivers the last step's events
         # there, see server/loop.py); None: nothing
         self.before_verify: Optional[Callable[[], None]] = None
+        self.trace = StepTrace.from_env()  # PYDFLASH_STEP_TRACE: a JSON line per step (trace.py)
 
     # --- requests -------------------------------------------------------------------------------------
     def _clamp_draft(self, k: Optional[int]) -> int:
@@ -189,7 +191,8 @@ class Engine:
         drafts = self._propose(plan, prefilling)                                             # propose
         self._settle_features(active)
         self._before_verify()
-        verdicts = self.verifier.verify([(s, drafts.get(s.seq, [])) for s in running], chunks)  # verify (+ prefill)
+        verdicts = self.verifier.verify([(s, drafts.get(s.seq, [])) for s in running], chunks,  # verify (+ prefill)
+                                        during=self._while_verifying)
         for slot, chunk in chunks:
             self._prefilled(slot, len(chunk), *verdicts[slot.seq])
         t_commit = time.perf_counter()
@@ -215,6 +218,12 @@ class Engine:
         if self.drafter is not None:
             for slot in active:
                 slot.settle_pending()
+
+    def _while_verifying(self) -> None:
+        """Host work that needs nothing of the verify, done while the device runs it: the drafter's noise blocks
+        leave its KV (they must before its next forward)."""
+        if self.drafter is not None:
+            self.drafter.drop_blocks()
 
     def _before_verify(self) -> None:
         """The target forward is a step's longest native call, and the GIL is free while it runs: work another
@@ -422,6 +431,12 @@ class Engine:
             st.t_verify += split[1]
             st.t_commit += split[2]
             st.t_host += split[3]
+        if self.trace is not None:
+            pol = self.drafting
+            self.trace.write(n=len(plan), prefilling=len(prefilling), ks=[k for _, k in plan],
+                             features=self.target_ctx.features_on, s=round(total, 6),
+                             split=[round(x, 6) for x in split], predicted=pol.predicted,
+                             overhead=round(pol.overhead_at(len(plan)), 3) if plan else None, pause=pol.pause)
 
     def _observe_costs(self, plan: list[tuple[Slot, int]], total: float) -> None:
         """Teach adaptive drafting this decode step's measured cost: the drafter's part (its injection and block
@@ -444,8 +459,12 @@ class Engine:
         drafting = [k for _, k in plan if k]
         steady = cost.rows <= self.block_size * len(drafting)
         t_draft = cost.inject_s + cost.block_s if steady else cost.block_s
-        self.drafting.costs.observe(len(plan), sum(1 + k for _, k in plan), self.target_ctx.features_on, t_verify,
-                                    sum(1 + k for k in drafting), t_draft, self.drafting.costs_are_upper_bounds())
+        n_verify, n_block = sum(1 + k for _, k in plan), sum(1 + k for k in drafting)
+        kept = self.drafting.costs.observe(len(plan), n_verify, self.target_ctx.features_on, t_verify, n_block,
+                                           t_draft, self.drafting.costs_are_upper_bounds())
+        # the whole step against what the curves predicted for it (adaptive: realized against modelled)
+        self.drafting.observe_step(len(plan), t_verify + cost.inject_s + cost.block_s, steady and kept,
+                                   (len(plan), n_verify, n_block))
 
     # --- slots ----------------------------------------------------------------------------------------
     def _admit(self) -> None:
@@ -474,6 +493,8 @@ class Engine:
             self.slots[i] = slot
 
     def _release(self, slot: Slot) -> None:
+        if self.drafter is not None:  # a step cut short between propose and verify left its noise blocks
+            self.drafter.drop_blocks()
         self.prompt_cache.release(slot)  # keeps the sequence in both caches for reuse (or clears them)
         self.slots[slot.seq] = None
         self.stats.merge_tokens(slot.stats)
@@ -515,6 +536,8 @@ class Engine:
         if self.closed:
             return
         self.closed = True
+        if self.trace is not None:
+            self.trace.close()
         if self.drafter is not None:
             self.drafter.ctx.close()
         self.target_ctx.close()

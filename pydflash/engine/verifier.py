@@ -3,6 +3,8 @@ target features, and on request the distributions it sampled from."""
 
 from __future__ import annotations
 
+from typing import Callable, Optional
+
 from ..errors import InvalidBatch, InvariantError
 from ..native import Context, TokenBatch
 from ..native.features import LayerRows
@@ -17,14 +19,15 @@ class Verifier:
         self._spans: dict[int, int] = {}  # seq -> batch index of its anchor in the last forward
         self._epoch = -1  # ctx.n_decodes of that forward
 
-    def verify(self, spans: list[tuple[Slot, list[int]]], chunks: list[tuple[Slot, list[int]]] = ()
-               ) -> dict[int, tuple[list[int], LayerRows | None, int]]:
+    def verify(self, spans: list[tuple[Slot, list[int]]], chunks: list[tuple[Slot, list[int]]] = (),
+               during: Optional[Callable[[], None]] = None) -> dict[int, tuple[list[int], LayerRows | None, int]]:
         """One target forward over every running slot's [anchor, drafts...] and the next prompt chunk of every
         slot still prefilling (chunk tokens are not outputs).
 
         Returns per slot seq: (picks t0..tK, [] for a chunk; the feature rows of its tokens or None; its first
         position). Rows are None when the engine has no drafter or has extraction off for this step; else they are
-        ``LayerRows``, still in llama.cpp's buffers, readable until the target's next forward. Features
+        ``LayerRows``, still in llama.cpp's buffers, readable until the target's next forward. ``during``: host work
+        run while the device computes the forward (``Context.decode``). Features
         cover every token of the batch, across ubatches (upstream fills the layer-input buffer at each ubatch's
         offset), so a slot's rows are the batch rows it occupies.
         """
@@ -34,7 +37,7 @@ class Verifier:
         where = [(slot, start, len(drafts) + 1, True) for (slot, drafts), start in zip(spans, starts)]
         for slot, chunk in chunks:
             where.append((slot, b.add(chunk, slot.n_past, slot.seq, False), len(chunk), False))
-        self.ctx.decode(b)
+        self.ctx.decode(b, during)
         feats = self.ctx.layer_rows(b.n) if self.with_features and self.ctx.features_on else None
         # the spans came first, every row an output: all their picks in one read (one backend synchronization)
         all_picks = self.ctx.picks(range(sum(n for _, _, n, is_span in where if is_span)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import time
-from typing import NamedTuple, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -265,8 +265,13 @@ class Context:
             sampler_accept(cur[1], tok)
 
     # --- decoding -------------------------------------------------------------------------------------
-    def decode(self, batch: TokenBatch) -> None:
+    def decode(self, batch: TokenBatch, during: Optional[Callable[[], None]] = None) -> None:
+        """Decode a batch. ``during``: host work that needs nothing of this forward, run after llama_decode has
+        queued it on an asynchronous backend (a GPU) and before waiting for its outputs, so that the device hides
+        it; its time counts as this forward's (it adds to the step only where it outlasts the device's work)."""
         if batch.n == 0:
+            if during is not None:
+                during()
             return
         if batch.n > self.params.n_batch or (not self.causal and batch.n > self.params.n_ubatch):
             raise ValueError(f"batch of {batch.n} tokens exceeds n_batch/n_ubatch of this context")
@@ -275,9 +280,13 @@ class Context:
         rc = C.llama_decode(self._ptr, batch.native())
         self.n_decodes += 1
         self.n_writes += 1
-        if batch.n_outputs:
-            C.llama_synchronize(self._ptr)  # outputs are read next: count the wait as native time
-        self.t_native += time.perf_counter() - t
+        try:
+            if during is not None and rc == 0:
+                during()
+        finally:
+            if batch.n_outputs:
+                C.llama_synchronize(self._ptr)  # outputs are read next: count the wait as native time
+            self.t_native += time.perf_counter() - t
         _raise_for(rc, "llama_decode")
 
     def _check_tokens(self, batch: TokenBatch) -> None:

@@ -243,7 +243,8 @@ repro)
 http)  # remote.sh http [bench_http.py args...]: JSON only (rendered locally: the device has no matplotlib)
     use_build
     python3 scripts/bench_http.py --ngl -1 --threads 8 --llama-server $W/llama.cpp/build/bin/llama-server \
-        --out-dir $OUT --no-render --log-dir $OUT/logs "${@:2}" ;;
+        --out-dir $OUT --no-render --log-dir $OUT/logs "${@:2}"
+    if [ -d $OUT/trace ]; then gzip -r $OUT/trace; fi ;;
 nan)
     use_build
     PYDFLASH_VERBOSE=1 python3 scripts/device/repro_nan_drafter.py --ngl -1 --out $OUT/repro_nan.json 2> $OUT/repro_nan.log \
