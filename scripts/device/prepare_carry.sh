@@ -83,14 +83,27 @@ for p in $LATER; do patch -R -d vendor/llama.cpp -p1 --quiet < "$p"; done
 # CORPUS_SEED=1 carries a second corpus instead (seed 1, built without any prompt of the first: sha256 1b3d2a6f...),
 # for the runs after the first's line ranges are used up (docs/drafter.md lists them); its lines count from 0 again.
 .venv/bin/python -m pydflash.train.corpus --n 60000 --seed 0 --out .device-bench/corpus/prompts.jsonl.gz || rc=$?
-if [ "${CORPUS_SEED:-0}" = 1 ] && [ "${rc:-0}" = 0 ]; then
+if [ "${CORPUS_SEED:-0}" != 0 ] && [ "${rc:-0}" = 0 ]; then
     mv .device-bench/corpus/prompts.jsonl.gz .device-bench/corpus/seed0.jsonl.gz
     .venv/bin/python -m pydflash.train.corpus --n 60000 --seed 1 --exclude .device-bench/corpus/seed0.jsonl.gz \
         --out .device-bench/corpus/prompts.jsonl.gz || rc=$?
 fi
+# CORPUS_SEED=2 or more: that seed, without the prompts of this tree's seed-0 and seed-1 builds, and without any
+# prompt that committed data already answered (pydflash/train/dedup.py: the corpus follows this machine's files, so
+# neither earlier build can be trusted to be the pinned one); no pin: its sha256 goes with the data it makes
+if [ "${CORPUS_SEED:-0}" -ge 2 ] && [ "${rc:-0}" = 0 ]; then
+    mv .device-bench/corpus/prompts.jsonl.gz .device-bench/corpus/seed1.jsonl.gz
+    .venv/bin/python -m pydflash.train.corpus --n 66000 --seed $CORPUS_SEED --out .device-bench/corpus/all.jsonl.gz \
+        --exclude .device-bench/corpus/seed0.jsonl.gz --exclude .device-bench/corpus/seed1.jsonl.gz || rc=$?
+    [ "${rc:-0}" = 0 ] && { .venv/bin/python -m pydflash.train.dedup --corpus .device-bench/corpus/all.jsonl.gz \
+        --data pydflash/train/gguf_data --out .device-bench/corpus/prompts.jsonl.gz || rc=$?; }
+    rm -f .device-bench/corpus/seed0.jsonl.gz .device-bench/corpus/seed1.jsonl.gz .device-bench/corpus/all.jsonl.gz
+fi
 for p in $(echo "$LATER" | sort); do patch -d vendor/llama.cpp -p1 --quiet < "$p"; done
 [ "${rc:-0}" = 0 ]
-if [ "${CORPUS_SEED:-0}" = 1 ]; then
+if [ "${CORPUS_SEED:-0}" -ge 2 ]; then
+    sha256sum .device-bench/corpus/prompts.jsonl.gz
+elif [ "${CORPUS_SEED:-0}" = 1 ]; then
     # the seed-1 corpus's own sha pins it (the seed-0 build is only its exclusion list). The seed-0 build of this
     # tree no longer matches 4a6809dd... (2026-12-02: 217f74e2...) while seed 1 still matches: recorded in
     # docs/drafter.md, not a reason to refuse the seed-1 corpus
