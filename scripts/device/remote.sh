@@ -244,7 +244,8 @@ http)  # remote.sh http [bench_http.py args...]: JSON only (rendered locally: th
     use_build
     python3 scripts/bench_http.py --ngl -1 --threads 8 --llama-server $W/llama.cpp/build/bin/llama-server \
         --out-dir $OUT --no-render --log-dir $OUT/logs "${@:2}"
-    if [ -d $OUT/trace ]; then gzip -r $OUT/trace; fi ;;
+    # at most 8 files come back: the server logs and step traces travel as one archive
+    tar czf $OUT/logs_trace.tgz -C $OUT logs $( [ -d $OUT/trace ] && echo trace ) && rm -rf $OUT/logs $OUT/trace ;;
 nan)
     use_build
     PYDFLASH_VERBOSE=1 python3 scripts/device/repro_nan_drafter.py --ngl -1 --out $OUT/repro_nan.json 2> $OUT/repro_nan.log \
