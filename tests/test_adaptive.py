@@ -523,3 +523,11 @@ def test_step_trace_writes_a_line_per_step(tiny, tmp_path, monkeypatch):
     assert len(decode) == res.stats.n_steps
     assert sum(any(x["ks"]) for x in decode) == res.stats.n_draft_steps
     assert all(x["s"] > 0 and len(x["split"]) == 4 for x in lines)
+    import sys  # scripts/trace_summary.py reads it back: every decode step in exactly one group
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "scripts"))
+    from trace_summary import summarize
+
+    summary = summarize(lines)
+    assert sum(g["steps"] for g in summary["groups"]) == len([x for x in decode if not x["prefilling"]])
+    assert {g["kind"] for g in summary["groups"]} <= {"off", "feat", "draft"}
