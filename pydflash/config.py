@@ -33,6 +33,9 @@ class EngineConfig:
     # spans only its own cells. Streams are for plain decoding only (no drafter): training-data generation at
     # 100+ slots (pydflash.train.generate); scripts/bench_slots.py measures what they save.
     kv_unified: bool = True
+    # Run each context's largest batch once at load (engine/warmup.py): None = on a GPU (n_gpu_layers != 0), where a
+    # batch shape's first run costs ~100x a later one; on a CPU it costs the same and would only delay the load.
+    warm_up: Optional[bool] = None
 
     def __post_init__(self):
         if self.n_slots < 1:

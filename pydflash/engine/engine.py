@@ -41,6 +41,7 @@ from .stats import Stats
 from .text import TextStream
 from .trace import StepTrace
 from .verifier import Verifier
+from .warmup import warm_up
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,10 @@ class Engine:
         # there, see server/loop.py); None: nothing
         self.before_verify: Optional[Callable[[], None]] = None
         self.trace = StepTrace.from_env()  # PYDFLASH_STEP_TRACE: a JSON line per step (trace.py)
+        self.warm_up_s = 0.0
+        if config.warm_up if config.warm_up is not None else config.n_gpu_layers != 0:
+            self.warm_up_s = warm_up(self.target_ctx, self.drafter.ctx if self.drafter else None, config.n_slots,
+                                     span, self.block_size, max(self.model.bos, 0))
 
     # --- requests -------------------------------------------------------------------------------------
     def _clamp_draft(self, k: Optional[int]) -> int:
