@@ -40,7 +40,8 @@ def test_bad_config_contents(tmp_path):
     cfg = tmp_path / "models.toml"
     for text, words in [("[a]\ntarget = 'x.gguf'\nn_slots = 0\n", "n_slots"),
                         ("[a]\nwizard = 1\n", "unknown keys"), ("not toml [", "models.toml"),
-                        ("default = 'b'\n[a]\ntarget = 'x.gguf'\n", "default preset")]:
+                        ("default = 'b'\n[a]\ntarget = 'x.gguf'\n", "default preset"),
+                        ("[a]\ntarget = 'x.gguf'\nwarm_up = 'no'\n", "warm_up must be true or false")]:
         cfg.write_text(text)
         r = run("--config", str(cfg))
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr
@@ -58,3 +59,6 @@ def test_cache_flags_reach_the_preset(tmp_path):
     default = build_models(parse_args([])).presets["default"]
     assert (default.cache_reuse, default.cache_ram_mib, default.slot_save_path, default.synth_len) == (
         True, 256, None, None)
+    # the load-time warm-up: on by default (where the engine decides: a GPU), off with llama-server's flag
+    assert default.engine_config().warm_up is None
+    assert build_models(parse_args(["--no-warmup"])).presets["default"].engine_config().warm_up is False

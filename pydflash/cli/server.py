@@ -43,6 +43,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--ray-replicas", metavar="N", type=int, default=1, help="with --ray: engine replicas")
     p.add_argument("--max-body-mb", type=float, default=16.0, help="largest request body (413 above)")
     p.add_argument("--no-preload", action="store_true", help="load the default model on its first request")
+    p.add_argument("--no-warmup", action="store_true",
+                   help="skip running each context's largest batch at load on a GPU (its first run is slow)")
     g = p.add_argument_group("the pair of -m (or the embedded default)")
     g.add_argument("-np", "--parallel", type=int, default=4, help="slots (concurrent requests)")
     g.add_argument("-c", "--ctx-size", type=int, default=4096, help="context of each slot")
@@ -107,7 +109,7 @@ def build_models(args):
                     chat_template=args.chat_template, max_queue=args.max_queue,
                     cache_reuse=not args.no_cache_reuse, cache_ram_mib=args.cache_ram,
                     checkpoint_every=args.ctx_checkpoint_every, slot_save_path=save_path,
-                    synth_len=args.spec_synth_len)
+                    synth_len=args.spec_synth_len, warm_up=not args.no_warmup)
     return ServerModels({name: preset}, name)
 
 

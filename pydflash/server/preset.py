@@ -59,6 +59,7 @@ class Preset:
     rpc_allow_public: bool = False
     draft_max: Optional[int] = None
     draft_adaptive: bool = True
+    warm_up: bool = True  # each context's largest batch once at load, on a GPU (engine/warmup.py; --no-warmup)
     chat_template: Optional[str] = None  # a built-in NAME or a FILE; default: the GGUF's, else by architecture
     max_queue: int = 64  # requests waiting for a slot before 429
     # prompt cache (docs/cache.md): llama-server's --cache-reuse, --cache-ram, --ctx-checkpoints, --slot-save-path
@@ -72,6 +73,9 @@ class Preset:
     def __post_init__(self):
         if not self.name or len(self.name) > 128 or any(ord(c) < 32 for c in self.name):
             raise ConfigError(f"bad preset name {self.name!r}")
+        for key in ("draft_adaptive", "cache_reuse", "warm_up", "rpc_allow_public"):  # "no" would read as true
+            if not isinstance(getattr(self, key), bool):
+                raise ConfigError(f"preset {self.name!r}: {key} must be true or false")
         try:
             # rpc as EngineConfig normalises it (a list from models.toml or JSON, or "a:1,b:2") into the frozen field
             object.__setattr__(self, "rpc", self.engine_config().rpc)
@@ -92,7 +96,8 @@ class Preset:
         return EngineConfig(n_slots=self.n_slots, n_ctx_slot=self.n_ctx_slot, n_batch=self.n_batch,
                             n_ubatch=min(512, self.n_batch), n_threads=self.n_threads, n_gpu_layers=self.n_gpu_layers,
                             draft_max=self.draft_max, adaptive=self.draft_adaptive, synth_len=self.synth_len,
-                            rpc=self.rpc, rpc_allow_public=self.rpc_allow_public, check_invariants=False)
+                            rpc=self.rpc, rpc_allow_public=self.rpc_allow_public, check_invariants=False,
+                            warm_up=None if self.warm_up else False)
 
     def cache_config(self) -> CacheConfig:
         return CacheConfig(reuse=self.cache_reuse, ram_mib=self.cache_ram_mib, checkpoint_every=self.checkpoint_every)
