@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import pathlib
 import random
 import time
 
@@ -510,10 +513,8 @@ def test_a_long_pause_teaches_costs_from_one_featureless_step_in_eight():
 
 
 def test_step_trace_writes_a_line_per_step(tiny, tmp_path, monkeypatch):
-    """PYDFLASH_STEP_TRACE records every step (what adaptive drafting saw), one JSON line each, per process."""
-    import json
-    import os
-
+    """PYDFLASH_STEP_TRACE records every step (what adaptive drafting saw), one JSON line each, per process, and
+    scripts/trace_summary.py puts every decode step in exactly one group."""
     monkeypatch.setenv("PYDFLASH_STEP_TRACE", str(tmp_path / "steps"))
     p = tiny("llama")
     with api.load(p.target, p.drafter, config=EngineConfig(n_ctx_slot=512, adaptive=True)) as llm:
@@ -523,9 +524,7 @@ def test_step_trace_writes_a_line_per_step(tiny, tmp_path, monkeypatch):
     assert len(decode) == res.stats.n_steps
     assert sum(any(x["ks"]) for x in decode) == res.stats.n_draft_steps
     assert all(x["s"] > 0 and len(x["split"]) == 4 for x in lines)
-    import sys  # scripts/trace_summary.py reads it back: every decode step in exactly one group
-
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "scripts"))
+    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
     from trace_summary import summarize
 
     summary = summarize(lines)
