@@ -21,7 +21,9 @@
 #   remote.sh server  scripts/bench_server.py against pydflash-server -ngl -1: spec / plain / fixed block at 1, 4, 16
 #                     clients, plus the long-prefill probe
 #   remote.sh http    scripts/bench_http.py: native llama-server (built here from the same tree) against
-#                     pydflash-server through HTTP; extra args pick conditions (--only ...) so that each call fits
+#                     pydflash-server through HTTP; extra args pick conditions (--only ...) so that each call fits.
+#                     Run a step that waits for the build first (profile): the build takes ~5 min after `start`,
+#                     and an http call that waits for it loses that from its 600 s (2026-12-02: cut after 8 clients)
 #   remote.sh adapt   in-process scripts/bench.py, plain against adaptive drafting (useless and shipped drafter) at
 #                     1, 8 and 16 slots, with the per-step split (draft / verify / commit / host: the host profile)
 #   remote.sh profile scripts/profile_host.py: the host part of a step by phase (16 slots L=8 and plain, 1 slot L=8)
