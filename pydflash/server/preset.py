@@ -73,7 +73,8 @@ class Preset:
     def __post_init__(self):
         if not self.name or len(self.name) > 128 or any(ord(c) < 32 for c in self.name):
             raise ConfigError(f"bad preset name {self.name!r}")
-        for key in ("draft_adaptive", "cache_reuse", "warm_up", "rpc_allow_public"):  # "no" would read as true
+        # "no" would read as true (rpc_allow_public: EngineConfig checks it, below)
+        for key in ("draft_adaptive", "cache_reuse", "warm_up"):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"preset {self.name!r}: {key} must be true or false")
         try:

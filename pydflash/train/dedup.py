@@ -3,7 +3,7 @@
 The corpus is cut from this machine's files (``corpus_sources.py``), so a build on another machine, or after a setup
 resolved other package versions, is not the pinned one: its line ranges no longer name the prompts earlier runs used
 (docs/drafter.md). What does not change is the committed data: each row keeps its prompt's token ids. A prompt is a
-duplicate when it tokenizes, as ``generate.py`` tokenizes it, to the ids of a committed row's prompt.
+duplicate when it tokenizes (``generate.prompt_tokens``) to the ids of a committed row's prompt.
 
     python -m pydflash.train.dedup --corpus IN.jsonl.gz --data pydflash/train/gguf_data --out OUT.jsonl.gz
 """
@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from .generate import load_shards
+from .generate import load_shards, prompt_tokens
 
 
 def answered(root: str) -> set[bytes]:
@@ -55,8 +55,7 @@ def main(argv=None) -> int:
         with gzip.open(a.corpus, "rt", encoding="utf-8") as src, gzip.open(a.out, "wt", encoding="utf-8") as dst:
             for line in src:
                 p = json.loads(line)
-                toks = model.tokenize(p["text"], add_special=True, parse_special=p["kind"] == "chat")
-                if digest(toks) in seen:
+                if digest(prompt_tokens(model, p)) in seen:
                     dropped += 1
                     continue
                 dst.write(line)

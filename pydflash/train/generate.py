@@ -46,6 +46,12 @@ def read_prompts(path: str, skip: int = 0, stop: int = 0) -> Iterator[tuple[int,
                 yield i, json.loads(line)
 
 
+def prompt_tokens(model, prompt: dict) -> list[int]:
+    """A corpus prompt's token ids as the target gets them: BOS, and chat turns' special tokens parsed (as the server
+    does). ``dedup.py`` matches committed rows by these ids, so both tokenize through here."""
+    return model.tokenize(prompt["text"], add_special=True, parse_special=prompt["kind"] == "chat")
+
+
 def save_npz(path: str, **arrays: np.ndarray) -> None:
     """``np.savez_compressed`` with LZMA instead of zlib; ``np.load`` reads it unchanged (zipfile decompresses
     either). The committed data travels with every device call, whose 64 MiB also hold the rest of the tree: token
@@ -163,7 +169,7 @@ def run(args) -> dict:
             line, p = nxt
             last_line = line
             kind = KINDS.index(p["kind"])
-            toks = model.tokenize(p["text"], add_special=True, parse_special=p["kind"] == "chat")
+            toks = prompt_tokens(model, p)
             if len(toks) > args.max_prompt:
                 counts["too_long"] += 1
                 continue
