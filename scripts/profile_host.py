@@ -47,7 +47,7 @@ def phases(eng):
     if d is not None:
         t += [(d, "inject", "propose.inject"), (d.ctx, "inject", "propose.inject.batch"),
               (d.batch, "add_spans", "propose.add_spans"), (d.ctx, "picks", "propose.picks"),
-              (d.ctx, "seq_rm", "propose.rollback (drafter seq_rm)"), (d, "_valid_prefix", "propose.valid_prefix")]
+              (d.ctx, "seq_rm", "verify.drafter_rollback (drafter seq_rm)"), (d, "_valid_prefix", "propose.valid_prefix")]
     return t
 
 

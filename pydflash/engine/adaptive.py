@@ -18,10 +18,12 @@ final comparison: drafting must beat R_plain by MARGIN, or nobody drafts this st
   counts blended with the engine's as a prior (one pair behaves alike across requests, so a useless drafter is
   recognised once, not once per request).
 - When nobody should draft, drafting pauses for the whole engine, for a number of steps that doubles while probes
-  keep failing (up to MAX_BACKOFF), and quadruples when the probe had no draft accepted anywhere and the engine's
+  keep failing (up to MAX_BACKOFF, or further while a probe at that load costs over PROBE_SHARE of a pause's
+  plain steps), and quadruples when the probe had no draft accepted anywhere and the engine's
   evidence says first drafts are almost never accepted; then every slot probes once at its best drafting K, at
   least PROBE_K (a probe of one draft tells nothing about the block's later positions). One shared pause means one
-  probe step per pause at any concurrency: per-slot probes at 16 slots put a probe in one step of every 16.
+  probe step per pause at any concurrency: per-slot probes at 16 slots put a probe in one step of every 16. Pause
+  lengths are kept per number of running slots (``_at``).
 - A slot left out while others draft gathers no evidence; after ``patience`` such decisions (doubling) it probes
   at its best drafting K, which costs little in a step that drafts anyway.
 - A drafting decision is kept for REPLAN_EVERY steps while the same slots run: acceptance evidence moves slowly,
@@ -63,6 +65,11 @@ REPLAN_EVERY = 4  # steps a drafting decision is kept while the same slots run (
 REFRESH_PLAIN = 128  # while drafting, one plain step (features kept) in this many keeps the plain cost current
 MIN_BACKOFF = 4
 MAX_BACKOFF = 512
+# A pause may grow past MAX_BACKOFF until its probe costs at most PROBE_SHARE of the paused engine's time: on the
+# H200 through HTTP a probe of every slot took 10-30 ms at 8 slots and 16-52 ms at 16 (a plain step 1.9 / 3.0 ms,
+# docs/gpu_2026-12-02-e), 1-3 % of a 512-step pause, where a useless drafter's whole budget is 3 %
+PROBE_SHARE = 0.01
+LONGEST_PAUSE = 4096
 # A probe in which no slot's first draft was accepted, from a drafter whose first drafts the engine has (almost)
 # never seen accepted, is strong evidence: the next pause grows 4x, not 2x. A useless drafter then reaches
 # MAX_BACKOFF after ~340 steps with 4 probes instead of ~1020 with 8, a ramp whose lead-in feature steps cost a
@@ -148,7 +155,7 @@ class DraftPolicy:
     costs: StepCosts = field(default_factory=StepCosts)
     prior: AcceptCounts = field(default_factory=AcceptCounts)  # engine-wide acceptance
     pause: int = 0  # plain steps left before every slot probes (0: deciding every step)
-    backoff: int = MIN_BACKOFF  # the next pause length
+    backoff: int = MIN_BACKOFF  # the next pause length (at the slot count last planned for)
     calibrated: int = 0  # 1: plain and short drafts measured; 2: a whole block too
     _last: tuple | None = None  # (slots, K per slot, predicted seconds) of the last drafting decision
     _age: int = 0  # steps it has been used
@@ -162,6 +169,10 @@ class DraftPolicy:
     overhead: dict = field(default_factory=dict)
     _shapes: dict = field(default_factory=dict)
     _predicted: float | None = None  # the curves' seconds for the drafting step just planned (None: not one)
+    _probe_cost: dict = field(default_factory=dict)  # n -> measured seconds of a pause's probe step (a running mean)
+    _probe_predicted: float = 0.0  # the curves' seconds for the last probe
+    _n: int | None = None  # the slot count ``backoff`` is for (``_at``); the others' stand in _backoffs
+    _backoffs: dict = field(default_factory=dict)
 
     def plan(self, slots: list[tuple[SlotPolicy, int]]) -> Plan:
         """K for each (slot policy, draft_max) of the running slots, chosen together."""
@@ -169,6 +180,7 @@ class DraftPolicy:
         maxes = [m for _, m in slots]
         zeros = [0] * n
         self._probe_step, self._predicted = False, None
+        self._at(n)
         if not any(maxes):
             return Plan(zeros, False)
         if self.pause > 1:  # most steps of a paused engine: nothing else to decide
@@ -196,14 +208,17 @@ class DraftPolicy:
         if self.pause == 1:  # the probe: every slot drafts at its best drafting K
             self.pause, self._probe_hits, self._probe_step = 0, 0, True
             self._forget_overhead(n)
-            return Plan(probe(), True)
+            ks = probe()
+            v, d, _ = self._drafting_step(n, curves, ks)
+            self._probe_predicted = v + d
+            return Plan(ks, True)
         if not any(ks):
             if log.isEnabledFor(logging.INFO):  # once per pause: why (what the GPU's cost curves said)
                 log.info("%s", self._why_pause(n, curves, probe(), plain))
             self.pause = self.backoff
             self._lead = SHORT_LEAD if self.pause >= LONG_PAUSE else FEATURE_LEAD
             useless = blank_probe and self._first_draft_rate() < BLANK_FIRST_RATE
-            self.backoff = min((BLANK_PROBE_GROWTH if useless else 2) * self.backoff, MAX_BACKOFF)
+            self.backoff = min((BLANK_PROBE_GROWTH if useless else 2) * self.backoff, self._longest_pause(n))
             return Plan(zeros, self.pause <= self._lead)
         self.backoff = MIN_BACKOFF
         probes = None
@@ -221,6 +236,21 @@ class DraftPolicy:
         self._last, self._age = (key, ks, self._predicted), 1
         return Plan(list(ks), True)
 
+    def _at(self, n: int) -> None:
+        """Pauses grow per number of running slots: whether drafting pays depends on it (a verify token costs more
+        at more slots), and with one backoff for all, a few drafting steps at 1-2 slots (a round's tail, where the
+        shipped drafter pays) sent the 4-16 slot load back to pauses of MIN_BACKOFF steps, each with its lead-in of
+        feature steps and its probe. (On the H200 40 % of the paused plain steps at 4 slots extracted features,
+        against ~3 % in a steady pause.) A slot count not seen yet starts where the largest one below it stands:
+        what does not pay at fewer slots does not at more."""
+        if n == self._n:
+            return
+        if self._n is not None:
+            self._backoffs[self._n] = self.backoff
+            self.backoff = self._backoffs.get(n) or max((b for m, b in self._backoffs.items() if m < n),
+                                                         default=MIN_BACKOFF)
+        self._n = n
+
     def samples_costs(self) -> bool:
         """Whether the step just planned should teach the cost curves: every step but a pause's featureless plain
         ones, of which one in PAUSED_SAMPLE_EVERY."""
@@ -231,7 +261,12 @@ class DraftPolicy:
 
     def observe_step(self, n: int, seconds: float, steady: bool, shape: tuple = ()) -> None:
         """The measured seconds of the step just planned (all of it: both forwards and the host work around them).
-        A steady drafting step (no catch-up injection, not a probe) teaches ``overhead[n]``."""
+        A steady drafting step (no catch-up injection, not a probe) teaches ``overhead[n]``; a probe its cost, which
+        bounds how long pauses grow (``_longest_pause``)."""
+        if self._probe_step:  # a stall counts at most OVERHEAD_MAX x the curves' figure, like a drafting step's
+            seconds_seen = min(seconds, OVERHEAD_MAX * self._probe_predicted)
+            last = self._probe_cost.get(n)
+            self._probe_cost[n] = seconds_seen if last is None else 0.5 * (last + seconds_seen)
         if self._predicted is None or not steady or self._predicted <= 0.0:
             return
         if len(self._shapes) > OVERHEAD_SHAPES:
@@ -244,6 +279,14 @@ class DraftPolicy:
         sums[0] = OVERHEAD_DECAY * sums[0] + min(seconds, cap * self._predicted)
         sums[1] = OVERHEAD_DECAY * sums[1] + self._predicted
         sums[2] = OVERHEAD_DECAY * sums[2] + 1.0
+
+    def _longest_pause(self, n: int) -> int:
+        """MAX_BACKOFF, or longer where probes at n cost so much more than a plain step that one in MAX_BACKOFF
+        steps would take over PROBE_SHARE of a paused engine's time (at most LONGEST_PAUSE)."""
+        probe, plain = self._probe_cost.get(n), self.costs.verify(n, n, features=False)
+        if probe is None or plain <= 0.0:
+            return MAX_BACKOFF
+        return int(min(LONGEST_PAUSE, max(MAX_BACKOFF, (probe - plain) / (PROBE_SHARE * plain))))
 
     def overhead_at(self, n: int) -> float:
         """What drafting steps at n slots cost over the curves' prediction: a ratio of sums (the mean cost is what

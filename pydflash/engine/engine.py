@@ -438,7 +438,7 @@ class Engine:
             st.t_host += split[3]
         if self.trace is not None:
             pol = self.drafting
-            self.trace.write(n=len(plan), prefilling=len(prefilling), ks=[k for _, k in plan],
+            self.trace.write(t=round(t0, 6), n=len(plan), prefilling=len(prefilling), ks=[k for _, k in plan],
                              features=self.target_ctx.features_on, s=round(total, 6),
                              split=[round(x, 6) for x in split], predicted=pol.predicted,
                              overhead=round(pol.overhead_at(len(plan)), 3) if plan else None, pause=pol.pause)
