@@ -407,6 +407,18 @@ def test_pauses_grow_per_slot_count():
     assert tail_drafting > 0.5 * tail, tail_drafting / tail
 
 
+def test_a_step_with_no_running_slot_keeps_the_pauses():
+    """A step whose only slots are prefilling plans for none: it must not switch the pauses to a slot count of 0,
+    whose backoff is MIN_BACKOFF (the H200 run of 3445501: every new request at 1 client then prefilled with target
+    features, as if drafting were expected, behind a drafter that had paused for 512 steps)."""
+    policy = None
+    for _, policy, _, _, _ in simulate(GPU, [0.0], 1000):
+        pass
+    assert not policy.expects_drafting()
+    policy.plan([])
+    assert not policy.expects_drafting()
+
+
 def test_features_only_in_the_lead_in_to_a_probe():
     policy = adaptive.DraftPolicy()
     policy.costs, policy.calibrated = calibrated(GPU, 2), 2

@@ -180,9 +180,9 @@ class DraftPolicy:
         maxes = [m for _, m in slots]
         zeros = [0] * n
         self._probe_step, self._predicted = False, None
-        self._at(n)
-        if not any(maxes):
+        if not any(maxes):  # no slot running, or none may draft: nothing to decide (and no slot count to switch to)
             return Plan(zeros, False)
+        self._at(n)
         if self.pause > 1:  # most steps of a paused engine: nothing else to decide
             self.pause -= 1
             return Plan(zeros, self.pause <= self._lead)
