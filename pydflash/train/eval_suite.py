@@ -91,6 +91,16 @@ _FUNCS = (
     "def sub(a, b):\n    return a - b\n\n\n"
     "def mul(a, b):\n    return a * b\n\n\n"
 )
+_COPY_FUNC = (
+    "def parse_range(text, default_step=1):\n"
+    "    \"\"\"Parse 'a-b' or 'a-b:s' into a list of integers.\"\"\"\n"
+    "    span, _, step = text.partition(':')\n"
+    "    lo, _, hi = span.partition('-')\n"
+    "    step = int(step) if step else default_step\n"
+    "    if step <= 0:\n"
+    "        raise ValueError(f'bad step in {text!r}')\n"
+    "    return list(range(int(lo), int(hi) + 1, step))\n"
+)
 _SENTENCE = "The quick brown fox jumps over the lazy dog near the quiet river bank. "
 REPETITION = {
     # the five cases of issue 14's table
@@ -108,6 +118,10 @@ REPETITION = {
     "bullet pattern": "".join(f"- Step {i}: check the input, then write the output.\n" for i in range(1, 6)),
     "alphabet": "A B C D E F G H I J K L M",
     "repeated call": "print('hello')\n" * 8,
+    # text seen once, then copied: the target copies it verbatim, and version 4 of the drafter does not follow
+    # (tau ~1.6-2.4 on CPU, the same in the PyTorch simulation: its weights, not the engine; docs/drafter.md)
+    "passage copied once": _LONG_CONTEXT + "The same notes again, word for word:\n\n" + _LONG_CONTEXT[:60],
+    "function copied once": _COPY_FUNC + "\n\n# the same function again, unchanged\n" + _COPY_FUNC[:40],
 }
 
 
