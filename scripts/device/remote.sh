@@ -53,6 +53,9 @@
 # steps above. Every step that needs the build fails at once if `start` never ran (a carry over the limit refuses the
 # call without running it).
 # Results go to $OUT; each of costs/bench/long/eval fits one 10-minute call.
+# Begin every batch of calls with a throwaway one (`nvidia-smi -L`): when a batch's first call gets no machine ("no
+# device machine could be started"), the next call starts a fresh one without what the first staged, and every
+# later step fails fast (2026-12-02: twice, ~240-430 s lost each time).
 set -euo pipefail
 # Other work in progress in the local tree travels with every call; .device-bench/head.tgz (carried, made just
 # before a call with `git archive HEAD pydflash scripts tests`) puts the committed files back, so the GPU runs HEAD.
