@@ -94,6 +94,30 @@ def test_topk_distillation_reads_the_target_where_each_label_was_predicted():
     assert torch.isfinite(soft)
 
 
+def test_a_drafter_from_scratch_takes_its_heads_and_trains():
+    """The trainer shapes a new drafter's attention from its arguments (more, narrower heads: docs/drafter.md), keeps
+    the defaults where they are 0, and refuses them beside --init, whose config fixes them."""
+    from types import SimpleNamespace
+
+    from pydflash.train.trainer import main, scratch_config
+
+    target = SimpleNamespace(n_embd=32, n_vocab=50, n_layer=8)
+    c = scratch_config(target, SimpleNamespace(layers=2, heads=8, kv_heads=2, head_dim=8), [1, 3, 5])
+    assert (c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.head_dim) == (2, 8, 2, 8)
+    default = scratch_config(target, SimpleNamespace(layers=0, heads=0, kv_heads=0, head_dim=0), [1, 3, 5])
+    assert (default.num_hidden_layers, default.num_attention_heads, default.head_dim) == (3, 4, 128)
+    c = DrafterConfig(**{**c.__dict__, "block_size": 4})
+    m = DFlashDrafter(c).train()
+    feats, tokens = torch.randn(1, 12, 3 * c.hidden_size), torch.randint(5, c.vocab_size, (1, 12))
+    loss, _ = draft_logits_loss(m, torch.randn(c.vocab_size, c.hidden_size), feats, tokens, torch.tensor([12]),
+                                torch.tensor([[4, 7]]))
+    loss.backward()
+    assert torch.isfinite(loss) and m.layers[0].self_attn.q_proj.weight.shape == (8 * 8, 32)
+    with pytest.raises(SystemExit) as e:
+        main(["--gguf", "x.gguf", "--data", "d", "--out", "o", "--init", "i.safetensors", "--heads", "8"])
+    assert e.value.code == 2
+
+
 def test_walk_counts_bonus():
     import numpy as np
     acc = np.zeros(20, dtype=int)

@@ -112,6 +112,19 @@ def load_init(path: str, layers: int, device) -> DFlashDrafter:
     return model.to(device)
 
 
+def scratch_config(target_cfg, args, layer_ids) -> DrafterConfig:
+    """A new drafter's shape: the target's width, vocabulary and layers; depth and attention heads from the
+    arguments (more heads of the same total width let one head match the anchor's token against the context's,
+    what version 4 fails at: docs/drafter.md)."""
+    d = DrafterConfig()
+    return DrafterConfig(
+        hidden_size=target_cfg.n_embd, num_hidden_layers=args.layers or 3, vocab_size=target_cfg.n_vocab,
+        num_attention_heads=args.heads or d.num_attention_heads,
+        num_key_value_heads=args.kv_heads or d.num_key_value_heads, head_dim=args.head_dim or d.head_dim,
+        num_target_layers=target_cfg.n_layer, target_layer_ids=tuple(layer_ids),
+        input_embedding_scale=math.sqrt(target_cfg.n_embd))
+
+
 def feature_dtype(device) -> torch.dtype:
     """bf16 on a GPU (the drafter trains under bf16 autocast there), f32 on a CPU (no autocast)."""
     return torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -216,6 +229,9 @@ def main(argv=None):
     ap.add_argument("--out", required=True)
     ap.add_argument("--init", default="", help="drafter to continue from: a folder (model.safetensors + config.json) or a .safetensors file")
     ap.add_argument("--layers", type=int, default=0, help="drafter depth (0: the init's, or 3 from scratch)")
+    ap.add_argument("--heads", type=int, default=0, help="from scratch: attention heads (0: 4)")
+    ap.add_argument("--kv-heads", type=int, default=0, help="from scratch: key/value heads (0: 2)")
+    ap.add_argument("--head-dim", type=int, default=0, help="from scratch: width of a head (0: 128)")
     ap.add_argument("--seconds", type=float, default=500)
     ap.add_argument("--max-steps", type=int, default=0)
     ap.add_argument("--lr", type=float, default=5e-4)
@@ -238,6 +254,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args(argv)
+    if args.init and (args.heads or args.kv_heads or args.head_dim):
+        ap.error("--heads, --kv-heads and --head-dim shape a drafter from scratch; --init's config fixes them")
     device = torch.device(args.device)
     os.makedirs(args.out, exist_ok=True)
     log = Log(os.path.join(args.out, "train.log"))
@@ -260,10 +278,7 @@ def main(argv=None):
     if args.init:
         model = load_init(args.init, args.layers, device)
     else:
-        model = DFlashDrafter(DrafterConfig(
-            hidden_size=cfg.n_embd, num_hidden_layers=args.layers or 3, vocab_size=cfg.n_vocab,
-            num_target_layers=cfg.n_layer, target_layer_ids=tuple(layer_ids),
-            input_embedding_scale=math.sqrt(cfg.n_embd))).to(device)
+        model = DFlashDrafter(scratch_config(cfg, args, layer_ids)).to(device)
     if list(model.config.target_layer_ids) != layer_ids:
         raise ValueError(f"--target-layers {layer_ids} differ from the drafter's {model.config.target_layer_ids}")
     n_params = sum(p.numel() for p in model.parameters())

@@ -36,7 +36,8 @@
 #                     GPU, NPROC processes on SPAN lines each from SKIP; shards stay in $W/data for `train` and come
 #                     back as data.tar.NN; GEN_TAG=x writes $W/data/xp$i, so a second gen call keeps the first's shards;
 #                     GEN_RANGES="A:B,C:D" runs one process per range of lines instead of SKIP / SPAN / NPROC
-#   remote.sh train [SECONDS] [LAYERS]  continue the shipped drafter on $W/data (pydflash.train.trainer), export the
+#   remote.sh train [SECONDS] [LAYERS]  continue the shipped drafter (INIT=none: train one from scratch, shaped by
+#                     TRAIN_ARGS='--heads H --head-dim D') on $W/data (pydflash.train.trainer), export the
 #                     Q8_0 GGUF to $W/drafter; weights come back as model.safetensors.NN, logs in train_meta.tgz
 #   remote.sh trainbg [SECONDS] [LAYERS]  the same training, started detached (it survives the call) from a copy of
 #                     the tree, so that later calls (gen, slots) run while it trains; the model is assembled without
@@ -94,12 +95,17 @@ assemble_model() {
 # torch and our CUDA libllama in one process abort ("free(): invalid pointer", H200): the trainer needs no
 # llama.cpp, so pydflash's import must not load it. Bounded by a timeout so that the export always runs; the first
 # try, during the CUDA build's 16 compile jobs, ran past its call's limit and returned nothing.
-train_cmd() {  # SECONDS LAYERS, from a tree root; DATA / TRAIN_ARGS from the environment
-    [ -f pydflash/models/gemma-3-270m-dflash.safetensors ] \
-        || { echo "no drafter safetensors in the carried tree (packed with SLIM=1?): training starts from it"; return 1; }
+train_cmd() {  # SECONDS LAYERS, from a tree root; DATA / TRAIN_ARGS / INIT from the environment
+    # INIT: the drafter to continue (default: the shipped one); INIT=none trains one from scratch (TRAIN_ARGS may
+    # shape it: --heads, --kv-heads, --head-dim)
+    local init="${INIT:-pydflash/models/gemma-3-270m-dflash.safetensors}" init_args=()
+    if [ "$init" != none ]; then
+        [ -f "$init" ] || { echo "no drafter $init in the carried tree (packed with SLIM=1?): training starts from it"; return 1; }
+        init_args=(--init "$init")
+    fi
     timeout $(($1 + 300)) env -u PYDFLASH_LIB_DIR python3 -m pydflash.train.trainer --gguf $W/gemma.gguf \
         --out $W/drafter --data "${DATA:-$(ls -d $PWD/pydflash/train/gguf_data/*/*/ $W/data/*p*/ 2>/dev/null | sed 's:/$::' | paste -sd,)}" \
-        --init pydflash/models/gemma-3-270m-dflash.safetensors --layers "$2" --seconds "$1" ${TRAIN_ARGS:-}
+        ${init_args[@]+"${init_args[@]}"} --layers "$2" --seconds "$1" ${TRAIN_ARGS:-}
 }
 
 export_drafter() {
@@ -205,7 +211,7 @@ trainbg)
     # the next call replaces this tree: the detached trainer runs from its own copy
     export PYTHONPATH=$W/site:$W/trainsrc PYTHONUNBUFFERED=1
     declare -f train_cmd > $W/train_fn.sh
-    setsid nohup bash -c "cd $W/trainsrc && source $W/train_fn.sh && W=$W DATA='${DATA:-}' TRAIN_ARGS='${TRAIN_ARGS:-}' \
+    setsid nohup bash -c "cd $W/trainsrc && source $W/train_fn.sh && W=$W DATA='${DATA:-}' TRAIN_ARGS='${TRAIN_ARGS:-}' INIT='${INIT:-}' \
         train_cmd ${2:-450} ${3:-4} > $W/train_stdout.log 2>&1; echo \$? > $W/train.rc" > /dev/null 2>&1 &
     sleep 20; grep -v Warning $W/train_stdout.log | tail -5 || true ;;
 trainwait)
