@@ -1,8 +1,10 @@
 """An opt-in record of every step, one JSON line each, for reading what adaptive drafting saw on a machine.
 
 ``PYDFLASH_STEP_TRACE=PATH`` makes each engine append to PATH (each engine process to PATH.<pid>): the step's start
-(``time.perf_counter``, so that the time between steps shows too), running and prefilling slots, verify and drafter block tokens, whether features were extracted, the step's measured seconds and
-their split, and what the policy predicted for it. Off by default: a line (written at once, so that a server ended by a signal loses none) costs ~10-20 us.
+(``time.perf_counter``, so that the time between steps shows too), running and prefilling slots, verify and drafter
+block tokens, whether features were extracted, the step's measured seconds and their split, and what the policy
+predicted for it. Off by default: a line (written at once, so that a server ended by a signal loses none) costs
+~10-20 us.
 """
 
 from __future__ import annotations

@@ -118,7 +118,8 @@ def scratch_config(target_cfg, args, layer_ids) -> DrafterConfig:
     what version 4 fails at: docs/drafter.md)."""
     d = DrafterConfig()
     return DrafterConfig(
-        hidden_size=target_cfg.n_embd, num_hidden_layers=args.layers or 3, vocab_size=target_cfg.n_vocab,
+        hidden_size=target_cfg.n_embd, num_hidden_layers=args.layers or d.num_hidden_layers,
+        vocab_size=target_cfg.n_vocab,
         num_attention_heads=args.heads or d.num_attention_heads,
         num_key_value_heads=args.kv_heads or d.num_key_value_heads, head_dim=args.head_dim or d.head_dim,
         num_target_layers=target_cfg.n_layer, target_layer_ids=tuple(layer_ids),
