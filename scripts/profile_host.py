@@ -41,7 +41,7 @@ def phases(eng):
          (eng.target_ctx, "layer_rows", "verify.layer_rows"),
          (eng, "_settle_features", "settle_features"), (eng.target_ctx, "picks", "verify.picks"),
          (eng, "_commit", "commit"), (eng, "_accept", "commit.accept"),
-         (eng.target_ctx, "seq_rm", "commit.rollback (target seq_rm)"), (eng.target_ctx, "accept", "commit.sampler_accept"),
+         (eng.target_ctx, "_seq_rm", "propose.target_rollback (target seq_rm, in the drafter forward)"), (eng.target_ctx, "accept", "commit.sampler_accept"),
          (eng, "_keep_features", "commit.keep_features"), (eng, "_emit", "commit.emit"),
          (eng.prompt_cache, "after_commit", "commit.prompt_cache"), (eng, "_account", "account")]
     if d is not None:

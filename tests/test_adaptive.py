@@ -318,8 +318,9 @@ def test_cpu_costs_shrink_the_block():
 
 
 def test_pauses_are_shared_and_grow():
-    """A useless drafter on 4 slots: pauses double up to MAX_BACKOFF, and every probe drafts on all slots at
-    once (one probe step per pause, whatever the concurrency)."""
+    """A useless drafter on 4 slots: pauses grow up to MAX_BACKOFF, and every probe drafts in one step (one probe
+    step per pause, whatever the concurrency): on PROBE_SLOTS of them, as calibration already saw every first draft
+    rejected."""
     pauses, probe_widths = [], []
     for _, policy, plan, _, _ in simulate(GPU, [0.0] * 4, 3000):
         if any(plan.drafts):
@@ -328,7 +329,27 @@ def test_pauses_are_shared_and_grow():
             pauses.append(policy.pause)
     assert pauses[-1] == adaptive.MAX_BACKOFF and pauses == sorted(pauses)
     # after calibration: WARMUP + ROBUST_FIRST steps (a GPU's) of every slot drafting 2, as many of one slot's block
-    assert all(w == 4 for w in probe_widths[2 * (ROBUST_FIRST + WARMUP):])
+    probes = probe_widths[2 * (ROBUST_FIRST + WARMUP):]
+    assert probes and all(w == adaptive.PROBE_SLOTS < 4 for w in probes)
+
+
+def test_a_useless_drafters_probes_take_turns_on_few_slots():
+    """Once first drafts are (almost) never accepted, a probe drafts on PROBE_SLOTS slots, those probed least, and
+    only they keep features in its lead-in (a probe of all 16 cost 16-52 ms on the H200, 5-17 plain steps). A
+    drafter whose first drafts are accepted keeps probing on every slot."""
+    probers, kept = [], []
+    for _, policy, plan, _, _ in simulate(GPU, [0.0] * 16, 6000):
+        if policy.calibrated == 2 and any(plan.drafts):
+            probers.append([i for i, k in enumerate(plan.drafts) if k])
+        if plan.keep is not None:
+            kept.append(sum(plan.keep))
+    late = probers[-8:]
+    assert all(len(p) == adaptive.PROBE_SLOTS for p in late)
+    assert len({i for p in late for i in p}) == 2 * len(late)  # each probe on slots not probed yet
+    assert kept and set(kept) == {adaptive.PROBE_SLOTS}
+    for _, policy, plan, _, _ in simulate(GPU, [0.5] * 16, 3000):
+        if policy._probe_step:
+            assert all(plan.drafts) and plan.keep is None
 
 
 def test_blank_probes_lengthen_pauses_faster():
@@ -599,3 +620,41 @@ def test_step_trace_writes_a_line_per_step(tiny, tmp_path, monkeypatch):
     assert t["in_steps_s"] == pytest.approx(sum(x["s"] for x in lines), abs=1e-3)
     assert t["span_s"] >= t["in_steps_s"] + t["between_steps_s"] + t["idle_s"] - 1e-3
     assert sum(r["steps"] for r in summary["by_n"]) == sum(g["steps"] for g in summary["groups"])
+
+
+def test_a_lead_in_keeps_features_only_for_the_probing_slots(tiny):
+    """A pause's lead-in with ``Plan.keep``: the probing slot queues its feature rows, the others record a feature
+    gap (no host copies of their rows) and draft later from a restarted drafter context; output stays plain greedy's
+    and the feature/KV invariants hold every step."""
+    p = tiny("llama")
+    no_cache = CacheConfig(reuse=False, ram_mib=0)
+    with api.load(p.target, config=EngineConfig(n_ctx_slot=512, n_slots=3), cache=no_cache) as plain:
+        toks = [plain.tokenize(t) for t in ("hello world", "the quick brown fox", "a b c d e f g")]
+        base = [plain.generate(t, max_tokens=60, ignore_eos=True).tokens for t in toks]
+    cfg = EngineConfig(n_ctx_slot=512, n_slots=3, adaptive=True, check_invariants=True)
+    with api.load(p.target, p.drafter, config=cfg, cache=no_cache) as llm:
+        eng = llm.engine
+        seen = []
+
+        def plan(slots):
+            n, i = len(slots), len(seen)
+            keep = [j == 0 for j in range(n)]
+            if i < 10:  # plain steps without features
+                out = adaptive.Plan([0] * n, False)
+            elif i < 20:  # the lead-in: only the first slot keeps features
+                out = adaptive.Plan([0] * n, True, keep)
+            elif i == 20:  # the probe
+                out = adaptive.Plan([4 if k else 0 for k in keep], True, keep)
+            else:  # everybody drafts
+                out = adaptive.Plan([4] * n, True)
+            seen.append([(s.n_pending, s.feature_gap) for s in eng.slots if s is not None and s.prefilled])
+            return out
+
+        eng.drafting.plan = plan
+        out = llm.generate_many([api.Request(t, max_tokens=60, ignore_eos=True) for t in toks])
+    assert [r.tokens for r in out] == base
+    before, lead = seen[10], seen[20]  # before the lead-in, and before the probe
+    assert lead[0] == (10, False), lead  # the probing slot: the lead-in's 10 rows, its drafter context restarted
+    # the others: a gap, and no row queued since (what their prompts left is dropped when they restart)
+    assert all(gap for _, gap in lead[1:]) and [n for n, _ in lead[1:]] == [n for n, _ in before[1:]], (before, lead)
+    assert eng.drafter_restarts >= 3  # the prober where the lead-in began, each other slot when it drafted

@@ -35,3 +35,48 @@ def test_noise_blocks_leave_the_drafter_kv_during_the_verify(tiny):
     assert [r.tokens for r in out] == base  # check_invariants held the drafter KV to its bookkeeping every step
     dropped = [d for d in drops if d[1]]
     assert dropped and all(inside for inside, _ in dropped), drops
+
+
+def test_target_rollbacks_run_during_the_next_drafter_forward(tiny):
+    """A step's rejected positions leave the target KV while the next step's drafter forward runs (queued by
+    ``seq_rm_later``, made in its ``during``), not in the commit; output stays plain greedy's. Without invariant
+    checks: they read the KV after each commit, which makes the queued rollbacks at once."""
+    p = tiny("gemma3")
+    with api.load(p.target, config=EngineConfig(n_ctx_slot=512, n_slots=3)) as plain:
+        prompts = [plain.tokenize(t) for t in ("hello world", "def f(x):", "1, 2, 3,")]
+        base = [plain.generate(t, max_tokens=48, ignore_eos=True).tokens for t in prompts]
+    with api.load(p.target, p.drafter, config=EngineConfig(n_ctx_slot=512, n_slots=3, check_invariants=False)) as llm:
+        eng = llm.engine
+        inside, rms = [False], []  # rms: inside the drafter's forward, for each target rollback made
+        decode, seq_rm = eng.drafter.ctx.decode, eng.target_ctx._seq_rm
+
+        def drafter_decode(batch, during=None):
+            inside[0] = True
+            try:
+                decode(batch, during)
+            finally:
+                inside[0] = False
+
+        def target_seq_rm(seq, p0, p1):
+            rms.append(inside[0])
+            seq_rm(seq, p0, p1)
+
+        eng.drafter.ctx.decode, eng.target_ctx._seq_rm = drafter_decode, target_seq_rm
+        out = llm.generate_many([Request(t, max_tokens=48, ignore_eos=True) for t in prompts])
+    assert [r.tokens for r in out] == base
+    # all but those left at a request's end (made when its slot is released) ran inside the drafter forward
+    assert len(rms) > 20 and sum(rms) >= len(rms) - 3 * len(prompts), rms
+
+
+def test_a_queued_rollback_is_made_before_the_kv_is_read(tiny):
+    p = tiny("gemma3")
+    with api.load(p.target, config=EngineConfig(n_ctx_slot=256, n_slots=2)) as llm:
+        ctx = llm.engine.target_ctx
+        llm.generate(llm.tokenize("hello world"), max_tokens=8, ignore_eos=True)
+        end = ctx.seq_pos_max(0)
+        assert end > 4
+        ctx.seq_rm_later(0, 3)
+        assert ctx.seq_pos_max(0) == 2 and not ctx._later
+        ctx.seq_rm_later(0, 1)
+        ctx.clear()  # nothing is left to remove them from: the queue goes with the KV
+        assert not ctx._later and ctx.seq_pos_max(0) == -1

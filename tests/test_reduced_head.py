@@ -26,8 +26,8 @@ def test_full_subset_reproduces_the_shared_head(tiny, tmp_path, monkeypatch):
     seen = {}
     real = drafter_mod.Drafter.propose
 
-    def spy(self, plan):
-        d = real(self, plan)
+    def spy(self, plan, **kw):
+        d = real(self, plan, **kw)
         seen.setdefault(self.ctx.model.path, []).append(d)
         return d
 
@@ -50,7 +50,7 @@ def test_subset_drafts_stay_inside_and_output_is_lossless(tiny, tmp_path, monkey
     drafted = []
     real = drafter_mod.Drafter.propose
     monkeypatch.setattr(drafter_mod.Drafter, "propose",
-                        lambda self, plan: drafted.append(real(self, plan)) or drafted[-1])
+                        lambda self, plan, **kw: drafted.append(real(self, plan, **kw)) or drafted[-1])
     with api.load(p.target, out, config=EngineConfig(n_ctx_slot=512)) as llm:
         for pr, b in zip(PROMPTS, base):
             res = llm.generate(llm.tokenize(pr), max_tokens=48, ignore_eos=True)

@@ -21,16 +21,16 @@ final comparison: drafting must beat R_plain by MARGIN, or nobody drafts this st
   keep failing (up to MAX_BACKOFF, or further while a probe at that load costs over PROBE_SHARE of a pause's
   plain steps), and quadruples when the probe had no draft accepted anywhere and the engine's
   evidence says first drafts are almost never accepted; then every slot probes once at its best drafting K, at
-  least PROBE_K (a probe of one draft tells nothing about the block's later positions). One shared pause means one
-  probe step per pause at any concurrency: per-slot probes at 16 slots put a probe in one step of every 16. Pause
-  lengths are kept per number of running slots (``_at``).
+  least PROBE_K (a probe of one draft tells nothing about the block's later positions), or only PROBE_SLOTS of them
+  while that evidence stands. One shared pause means one probe step per pause at any concurrency: per-slot probes
+  at 16 slots put a probe in one step of every 16. Pause lengths are kept per number of running slots (``_at``).
 - A slot left out while others draft gathers no evidence; after ``patience`` such decisions (doubling) it probes
   at its best drafting K, which costs little in a step that drafts anyway.
 - A drafting decision is kept for REPLAN_EVERY steps while the same slots run: acceptance evidence moves slowly,
   and deciding for 16 slots costs a few percent of a GPU step.
 - Target features are extracted only when needed: in drafting steps and in the FEATURE_LEAD steps before a probe
-  (SHORT_LEAD before the probe of a pause of LONG_PAUSE steps or more).
-  The drafter's context then restarts from those features (see ``Slot``), at no extra target work.
+  (SHORT_LEAD before the probe of a pause of LONG_PAUSE steps or more), where only the probing slots keep them
+  (``Plan.keep``). The drafter's context then restarts from those features (see ``Slot``), at no extra target work.
 - Realized against modelled: the cost curves keep robust means (a bucket's least early sample, an EMA that a
   spike moves by at most 2x), which is right for the stalls of a busy machine but hides costs that recur only in
   drafting steps. On the H200 through HTTP the shipped drafter at 16 clients drafted at 4 tokens a step and ran at
@@ -49,6 +49,7 @@ final comparison: drafting must beat R_plain by MARGIN, or nobody drafts this st
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass, field
 
@@ -67,7 +68,9 @@ MIN_BACKOFF = 4
 MAX_BACKOFF = 512
 # A pause may grow past MAX_BACKOFF until its probe costs at most PROBE_SHARE of the paused engine's time: on the
 # H200 through HTTP a probe of every slot took 10-30 ms at 8 slots and 16-52 ms at 16 (a plain step 1.9 / 3.0 ms,
-# docs/gpu_2026-12-02-e), 1-3 % of a 512-step pause, where a useless drafter's whole budget is 3 %
+# docs/gpu_2026-12-02-e), 1-3 % of a 512-step pause, where a useless drafter's whole budget is 3 %. (Half a percent
+# made the 8-slot pauses of test_pauses_grow_per_slot_count long enough to cover most of a 1-slot tail that drafts:
+# the pause itself is shared across slot counts.)
 PROBE_SHARE = 0.01
 LONGEST_PAUSE = 4096
 # A probe in which no slot's first draft was accepted, from a drafter whose first drafts the engine has (almost)
@@ -79,6 +82,15 @@ BLANK_PROBE_GROWTH = 4
 BLANK_FIRST_RATE = 0.1  # engine-wide acceptance of first drafts under which a drafter counts as useless
 BLANK_EVIDENCE = 3.0  # (decayed) first drafts seen before that rate is trusted
 PROBE_K = 4  # the least a probe drafts (where draft_max allows): enough positions to see whether a block pays
+# While the engine's evidence says first drafts are (almost) never accepted (BLANK_FIRST_RATE), a pause's probe
+# drafts on at most this many slots, those probed least so far (each request in turn), and only they keep target
+# features in its lead-in. On the H200 through HTTP a probe of every slot cost 16-52 ms at 16 slots against a 2.9 ms
+# plain step, and a lead-in step ~0.3 ms more than a plain one, all of it the host copying every slot's feature
+# rows: a useless drafter's probes and lead-ins took 1.2-1.6 % of decode time at 4-16 slots (docs/gpu_2026-12-02-f),
+# half of its 3 % budget. Two slots' blocks tell a useless drafter as well as sixteen. A drafter with some evidence
+# of use probes on every slot: the deeper positions a wide probe samples are what brings a modest drafter back to
+# drafting (p 0.75 at 8 slots, simulated: 1.15x of plain with wide probes, never drafting again with two-slot ones).
+PROBE_SLOTS = 2
 # Steps before a probe during which a paused slot collects features again: the probe's drafter context. With the
 # shipped drafter, the last 32 positions keep held-out tau at 2.11 / 4.04 (code / prose) against 2.12 / 4.36 with
 # the full context; 16 drop prose to 3.37 (scripts/eval_restart_window.py, docs/drafter_restart_window_cpu.json).
@@ -142,12 +154,14 @@ class SlotPolicy:
     counts: AcceptCounts = field(default_factory=AcceptCounts)
     left_out: int = 0  # drafting steps this slot sat out since it last drafted
     patience: int = MIN_BACKOFF  # how many it sits out before a probe
+    probes: int = 0  # pauses' probes it drafted in (PROBE_SLOTS: the least probed go next)
 
 
 @dataclass
 class Plan:
     drafts: list[int]  # K per slot, in the order given
     features: bool  # whether the target must extract features this step
+    keep: list[bool] | None = None  # per slot, whether it keeps them (None: every slot; a pause's lead-in: probers)
 
 
 @dataclass
@@ -185,7 +199,7 @@ class DraftPolicy:
         self._at(n)
         if self.pause > 1:  # most steps of a paused engine: nothing else to decide
             self.pause -= 1
-            return Plan(zeros, self.pause <= self._lead)
+            return self._paused(slots, zeros)
         c = self.costs
         calibration = self._calibration(slots, maxes)
         if calibration is not None:
@@ -205,13 +219,16 @@ class DraftPolicy:
         ks, probe = self._choose(n, curves, maxes, plain)
         self._last = None
         blank_probe, self._probe_hits = self._probe_hits == 0, None
-        if self.pause == 1:  # the probe: every slot drafts at its best drafting K
+        if self.pause == 1:  # the probe: the probing slots draft at their best drafting K
             self.pause, self._probe_hits, self._probe_step = 0, 0, True
             self._forget_overhead(n)
-            ks = probe()
+            keep = self._keep(slots)
+            ks = probe() if keep is None else [k if kept else 0 for k, kept in zip(probe(), keep)]
+            for (pol, _), kept in zip(slots, keep or itertools.repeat(True)):
+                pol.probes += kept
             v, d, _ = self._drafting_step(n, curves, ks)
             self._probe_predicted = v + d
-            return Plan(ks, True)
+            return Plan(ks, True, keep)
         if not any(ks):
             if log.isEnabledFor(logging.INFO):  # once per pause: why (what the GPU's cost curves said)
                 log.info("%s", self._why_pause(n, curves, probe(), plain))
@@ -219,7 +236,7 @@ class DraftPolicy:
             self._lead = SHORT_LEAD if self.pause >= LONG_PAUSE else FEATURE_LEAD
             useless = blank_probe and self._first_draft_rate() < BLANK_FIRST_RATE
             self.backoff = min((BLANK_PROBE_GROWTH if useless else 2) * self.backoff, self._longest_pause(n))
-            return Plan(zeros, self.pause <= self._lead)
+            return self._paused(slots, zeros)
         self.backoff = MIN_BACKOFF
         probes = None
         for i, (pol, m) in enumerate(slots):
@@ -235,6 +252,22 @@ class DraftPolicy:
         self._predicted = v + d
         self._last, self._age = (key, ks, self._predicted), 1
         return Plan(list(ks), True)
+
+    def _paused(self, slots: list[tuple[SlotPolicy, int]], zeros: list[int]) -> Plan:
+        """A plain step of a pause: features only in the lead-in to its probe, and only for the probing slots."""
+        if self.pause > self._lead:
+            return Plan(zeros, False)
+        return Plan(zeros, True, self._keep(slots))
+
+    def _keep(self, slots: list[tuple[SlotPolicy, int]]) -> list[bool] | None:
+        """Which slots the pending probe drafts on (and so keep features in its lead-in), None: all. For a drafter
+        that looks useless, PROBE_SLOTS of those that may draft, the least probed first (the same ones through a
+        lead-in, unless a request that was never probed arrives in it)."""
+        if self._first_draft_rate() >= BLANK_FIRST_RATE:
+            return None
+        order = sorted((i for i, (_, m) in enumerate(slots) if m), key=lambda i: slots[i][0].probes)
+        chosen = set(order[:PROBE_SLOTS])
+        return [i in chosen for i in range(len(slots))]
 
     def _at(self, n: int) -> None:
         """Pauses grow per number of running slots: whether drafting pays depends on it (a verify token costs more

@@ -78,11 +78,12 @@ class Drafter:
             buf = self._rows = np.empty((max(n, 2 * (0 if buf is None else buf.shape[0])), width), dtype=np.float32)
         return buf[:n]
 
-    def propose(self, plan: list[tuple[Slot, int]]) -> dict[int, list[int]]:
+    def propose(self, plan: list[tuple[Slot, int]], during=None) -> dict[int, list[int]]:
         """Drafts per slot seq for every (slot, K>0) in plan, from one batched drafter forward.
 
         Drafting slots first get their pending features injected; a slot that is not drafting keeps collecting
-        them (no drafter work while adaptive drafting has it paused) until MAX_PENDING_ROWS.
+        them (no drafter work while adaptive drafting has it paused) until MAX_PENDING_ROWS. ``during``: host
+        work run while the block forward is on the device (``Context.decode``), if there is one.
         """
         self.drop_blocks()  # normally done during the last verify; a step that failed before it leaves them
         drafting = [(s, k) for s, k in plan if k > 0]
@@ -104,7 +105,7 @@ class Drafter:
         starts = b.add_spans([([slot.anchor] + [self.mask_token] * k, slot.n_past, slot.seq) for slot, k in drafting],
                              True)
         where = [(slot, start, k) for (slot, k), start in zip(drafting, starts)]
-        self.ctx.decode(b)
+        self.ctx.decode(b, during=during)
         all_picks = self.ctx.picks(range(b.n))  # every block row is an output: one read for all of them
         drafts = {}
         for slot, start, k in where:

@@ -206,15 +206,16 @@ class Engine:
         return events
 
     def _propose(self, plan: list[tuple[Slot, int]], prefilling: list[Slot]) -> dict[int, list[int]]:
-        """The drafter's part: pending features injected, draft blocks. A paused step with extraction off has
-        nothing for it (no slot drafts, and pending rows only grow in steps with features, which do come here and
-        keep them under MAX_PENDING_ROWS): skipped, as most of a paused engine's steps are."""
+        """The drafter's part: pending features injected, draft blocks; the last step's target rollbacks are made
+        while the block forward runs on the device. A paused step with extraction off has nothing for it (no slot
+        drafts, and pending rows only grow in steps with features, which do come here and keep them under
+        MAX_PENDING_ROWS): skipped, as most of a paused engine's steps are."""
         if self.drafter is None:
             return {}
         if not self.target_ctx.features_on and not any(k for _, k in plan):
             self.drafter.last_cost = NO_COST
             return {}
-        return self.drafter.propose(plan + [(s, 0) for s in prefilling])
+        return self.drafter.propose(plan + [(s, 0) for s in prefilling], during=self.target_ctx.flush_rollbacks)
 
     def _settle_features(self, active: list[Slot]) -> None:
         """Feature rows a slot keeps pending past this step (it did not inject them) are still in the target's
@@ -262,12 +263,14 @@ class Engine:
 
     def _schedule(self, running: list[Slot]) -> tuple[list[tuple[Slot, int]], bool]:
         """Drafts per running slot (chosen for all slots together when adaptive), and whether they need target
-        features this step."""
+        features this step (each slot's ``keeps_features``: in a pause's lead-in only the probing slots')."""
         if self.drafter is None:
             return [(s, 0) for s in running], False
         if not self.config.adaptive:
             return [(s, s.draft_max) for s in running], True
         plan = self.drafting.plan([(s.policy, s.draft_max) for s in running])
+        for s, kept in zip(running, plan.keep or itertools.repeat(True)):
+            s.keeps_features = kept
         return list(zip(running, plan.drafts)), plan.features
 
     def _extract_features_if_needed(self, plan: list[tuple[Slot, int]], chunks: list, features: bool) -> None:
@@ -301,9 +304,10 @@ class Engine:
         k = len(drafts)
         m, committed = self._accept(slot, drafts, picks)
         self.target_ctx.accept(slot.seq, committed)
-        if m < k:  # rollback: the target wrote [pos0, pos0 + k]; keep up to the last accepted draft
-            self.target_ctx.seq_rm(slot.seq, pos0 + m + 1)
+        if m < k:  # rollback: the target wrote [pos0, pos0 + k]; keep up to the last accepted draft (made during
+            self.target_ctx.seq_rm_later(slot.seq, pos0 + m + 1)  # the next drafter forward, or before any KV use)
         if self.drafter is not None:
+            rows = rows if slot.keeps_features else None
             self._keep_features(slot, rows, pos0, m + 1)
             slot.stats.n_feature_steps += rows is not None
         slot.n_past = pos0 + m + 1

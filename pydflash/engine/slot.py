@@ -63,6 +63,7 @@ class Slot:
     # Some committed positions past the rows got no features (decoded while extraction was off): the rows end
     # before n_past until features resume, and then the drafter's context restarts there.
     feature_gap: bool = False
+    keeps_features: bool = True  # whether this step's target features are its to keep (adaptive.Plan.keep)
     generated: list[int] = field(default_factory=list)
     finish_reason: Optional[str] = None
     policy: SlotPolicy = field(default_factory=SlotPolicy)  # adaptive drafting state

@@ -203,10 +203,13 @@ class Context:
         # Calls that may change what the KV holds (decode, inject, seq_rm, clear, state restore): a check of the
         # KV's extent can be skipped while this has not moved (the engine's per-step invariant, see Engine._check)
         self.n_writes = 0
+        self._later: list[tuple[int, int]] = []  # rollbacks not yet made (seq_rm_later)
         self.n_bad_rows = 0  # sampled rows that did not hold together (see sampled)
 
     @property
     def ptr(self):
+        """The native context, for callers outside this class (state copies): the KV they see is current."""
+        self.flush_rollbacks()
         return self._ptr
 
     def close(self) -> None:
@@ -276,6 +279,7 @@ class Context:
         if batch.n > self.params.n_batch or (not self.causal and batch.n > self.params.n_ubatch):
             raise ValueError(f"batch of {batch.n} tokens exceeds n_batch/n_ubatch of this context")
         self._check_tokens(batch)
+        self.flush_rollbacks()
         t = time.perf_counter()
         rc = C.llama_decode(self._ptr, batch.native())
         self.n_decodes += 1
@@ -317,6 +321,7 @@ class Context:
         if self._embd is None:
             self._embd = EmbdBatch(max(self.params.n_batch, self.params.n_ubatch))
         self._embd.fill(rows, positions, seq_ids)
+        self.flush_rollbacks()
         t = time.perf_counter()
         self.n_writes += 1
         # an embedding batch through llama_decode: llama.cpp reads each row at the context's input width (for a
@@ -433,18 +438,41 @@ class Context:
     # --- memory ---------------------------------------------------------------------------------------
     def seq_rm(self, seq_id: int, p0: int, p1: int = -1) -> None:
         """Remove positions [p0, p1) of a sequence. Some memory types cannot drop a partial range: raise."""
+        self.flush_rollbacks()
+        self._seq_rm(seq_id, p0, p1)
+
+    def _seq_rm(self, seq_id: int, p0: int, p1: int) -> None:
         self.n_writes += 1
         if not memory_seq_rm(self._mem, seq_id, p0, p1):
             raise RollbackError(f"memory refused to remove positions [{p0}, {p1}) of sequence {seq_id}")
 
+    def seq_rm_later(self, seq_id: int, p0: int) -> None:
+        """Remove a sequence's positions from p0 on, before anything else reads or writes this context's memory
+        (every method that does, and ``ptr``, runs what is queued first), or in ``flush_rollbacks``.
+
+        On the H200 host a 16-slot step's target rollbacks took ~0.26 ms (docs/gpu_2026-12-02-f, patches/0009
+        applied), with the device idle. Queued, they run while the next step's drafter forward is on the device (the
+        engine passes ``flush_rollbacks`` as its ``during``)."""
+        self._later.append((seq_id, p0))
+
+    def flush_rollbacks(self) -> None:
+        """Make the queued ``seq_rm_later`` rollbacks, in order."""
+        while self._later:
+            later, self._later = self._later, []
+            for seq_id, p0 in later:
+                self._seq_rm(seq_id, p0, -1)
+
     def seq_pos_max(self, seq_id: int) -> int:
         """Largest position held for the sequence, -1 when empty."""
+        self.flush_rollbacks()
         return memory_seq_pos_max(self._mem, seq_id)
 
     def seq_pos_min(self, seq_id: int) -> int:
         """Smallest position held for the sequence, -1 when empty."""
+        self.flush_rollbacks()
         return memory_seq_pos_min(self._mem, seq_id)
 
     def clear(self) -> None:
+        self._later = []  # nothing is left to remove them from
         self.n_writes += 1
         C.llama_memory_clear(self._mem, True)
