@@ -658,3 +658,35 @@ def test_a_lead_in_keeps_features_only_for_the_probing_slots(tiny):
     # the others: a gap, and no row queued since (what their prompts left is dropped when they restart)
     assert all(gap for _, gap in lead[1:]) and [n for n, _ in lead[1:]] == [n for n, _ in before[1:]], (before, lead)
     assert eng.drafter_restarts >= 3  # the prober where the lead-in began, each other slot when it drafted
+
+
+def test_a_request_alone_ends_the_pause_of_the_text_before_it():
+    """At 1 client each request is a new text: a drafter with accepted first drafts probes it right after its
+    prompt (with the prompt's features) instead of sitting through the pause the last text left; a useless
+    drafter keeps its pause."""
+    for first_accepted, ends in ((3, True), (0, False)):
+        policy = adaptive.DraftPolicy()
+        policy.costs, policy.calibrated = calibrated(GPU, 1), 2
+        slot = adaptive.SlotPolicy()
+        for i in range(8):  # the engine's evidence on first drafts
+            policy.observe(slot, 4, 3 if i < first_accepted else 0)
+        policy.pause, policy.backoff = 300, 512
+        policy.alone()
+        assert policy.expects_drafting() == ends  # the prompt's chunks keep their features
+        fresh = adaptive.SlotPolicy()
+        drafted = [any(policy.plan([(fresh, 15)]).drafts) for _ in range(2)]  # a lead-in step, then the probe
+        assert drafted == ([False, True] if ends else [False, False]), (first_accepted, drafted)
+
+
+def test_an_idle_engine_probes_each_new_request(tiny):
+    """The engine tells the policy when a request arrives alone: with drafting paused for far longer than the
+    request, a drafter that looked useful still drafts on it (synthetic acceptance: every first draft accepted)."""
+    p = tiny("llama")
+    cfg = EngineConfig(n_ctx_slot=512, adaptive=True, synth_len=4.0)
+    with api.load(p.target, p.drafter, config=cfg, cache=CacheConfig(reuse=False, ram_mib=0)) as llm:
+        toks = llm.tokenize("hello world")
+        llm.generate(toks, max_tokens=40, ignore_eos=True)  # calibration and the engine's evidence
+        pol = llm.engine.drafting
+        pol.pause, pol.backoff = 10_000, 512
+        res = llm.generate(toks, max_tokens=40, ignore_eos=True)
+    assert res.stats.n_draft_steps >= 1 and pol.pause < 10_000

@@ -477,6 +477,8 @@ class Engine:
 
     # --- slots ----------------------------------------------------------------------------------------
     def _admit(self) -> None:
+        if self.queue and self.config.adaptive and self.drafter is not None and not any(self.slots):
+            self.drafting.alone()  # a new text in an idle engine: its own evidence, not the last text's pause
         while self.queue and None in self.slots:
             req, tokens = self.queue.popleft()
             # the free slot whose kept sequence shares the longest prefix with this prompt
