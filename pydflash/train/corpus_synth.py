@@ -286,6 +286,41 @@ REPETITION = [rep_pattern, rep_csv, rep_json, rep_md_table, rep_log, rep_list, r
               rep_sequence, rep_yaml, rep_sql, rep_html, rep_config, rep_lines]
 
 
+# --- copy once -------------------------------------------------------------------------------------------------
+
+# Repetition prompts of this share (of those long enough) are a passage seen once, a cue and the passage's first
+# words, when a build asks for them (corpus.build's copy_once; off by default, so the pinned seed-0 and seed-1 builds
+# stay as they are): the target goes on by copying the passage, which the drafter fails at (docs/drafter.md, "text
+# seen once is not copied"). A chat turn asking for the copy would need the chat kind (only its special tokens are
+# parsed), so the cues here are plain text; none is the evaluation suite's own ("The same notes again, ...").
+COPY_ONCE_SHARE = 0.3
+COPY_ONCE_MIN_TOKENS = 32  # under this, the cue and the opening leave no passage worth copying
+COPY_CUES = ["Again:", "Repeat the text above:", "Copy:", "Once more:", "The same text again:", "Repeat:",
+             "Copy the text above exactly:", "Here it is again, unchanged:", "Again, word for word:"]
+
+
+def opening(passage: str, words: int) -> str:
+    """The passage's first ``words`` words, with the whitespace before and between them (code keeps its indent)."""
+    m = re.match(rf"\s*(?:\S+\s+){{{words - 1}}}\S+", passage)
+    return m.group(0) if m else ""
+
+
+def copy_once(rng, feed, tokens) -> tuple[str, str, float]:
+    """A passage of code or prose (corpus snippets), a cue, then the passage's first 3-8 words: (source, text, chars
+    per token). A passage too short to copy from gives "" (corpus.valid drops it, and the build draws again)."""
+    code = rng.random() < 0.5
+    ratio, words, cue = (3.2 if code else 4.2), rng.randint(3, 8), rng.choice(COPY_CUES)
+    chars = max(60, (tokens - est_tokens(cue, 4.0) - 2 * words) * ratio)
+    passage = (feed.code(chars)[1] if code else feed.prose(chars).lstrip()).rstrip()
+    lead = opening(passage, words)
+    label = "synthetic-copy-" + ("code" if code else "prose")
+    if not lead or len(passage.split()) < 2 * words:
+        return label, "", ratio
+    # code's opening goes on a line of its own (its indent intact); prose's after a space half the time
+    after = "\n" if code or rng.random() < 0.5 else " "
+    return label, passage + rng.choice(["\n\n", "\n"]) + cue + after + lead, ratio
+
+
 # --- chat ------------------------------------------------------------------------------------------------------
 
 SHORT_QUESTIONS = [

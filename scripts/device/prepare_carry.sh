@@ -93,7 +93,9 @@ fi
 # neither earlier build can be trusted to be the pinned one); no pin: its sha256 goes with the data it makes
 if [ "${CORPUS_SEED:-0}" -ge 2 ] && [ "${rc:-0}" = 0 ]; then
     mv .device-bench/corpus/prompts.jsonl.gz .device-bench/corpus/seed1.jsonl.gz
-    .venv/bin/python -m pydflash.train.corpus --n 66000 --seed $CORPUS_SEED --out .device-bench/corpus/all.jsonl.gz \
+    # --copy-once: 30 % of the repetition prompts are a passage, a cue and its opening (docs/drafter.md)
+    .venv/bin/python -m pydflash.train.corpus --n 66000 --seed $CORPUS_SEED --copy-once \
+        --out .device-bench/corpus/all.jsonl.gz \
         --exclude .device-bench/corpus/seed0.jsonl.gz --exclude .device-bench/corpus/seed1.jsonl.gz || rc=$?
     [ "${rc:-0}" = 0 ] && { .venv/bin/python -m pydflash.train.dedup --corpus .device-bench/corpus/all.jsonl.gz \
         --data pydflash/train/gguf_data --out .device-bench/corpus/prompts.jsonl.gz || rc=$?; }
