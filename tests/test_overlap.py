@@ -1,5 +1,6 @@
 """Host work hidden behind the device: the drafter's noise blocks leave its KV while the target's verify forward
-runs (Engine._while_verifying), and output and KV bookkeeping stay exact."""
+runs (Engine._while_verifying), the target's rollbacks leave its KV while the drafter's next forward runs, and
+output and KV bookkeeping stay exact."""
 
 from __future__ import annotations
 
@@ -7,31 +8,44 @@ from pydflash import api
 from pydflash.config import EngineConfig
 from pydflash.engine.request import Request
 
+PROMPTS = ("hello world", "def f(x):", "1, 2, 3,")
+
+
+def plain_outputs(p) -> list[list[int]]:
+    with api.load(p.target, config=EngineConfig(n_ctx_slot=512, n_slots=3)) as plain:
+        return [plain.generate(plain.tokenize(t), max_tokens=48, ignore_eos=True).tokens for t in PROMPTS]
+
+
+def flag_inside(ctx, inside: list) -> None:
+    """Wrap a context's decode so that inside[0] holds while it runs (its ``during`` included)."""
+    decode = ctx.decode
+
+    def wrapped(batch, during=None):
+        inside[0] = True
+        try:
+            decode(batch, during)
+        finally:
+            inside[0] = False
+
+    ctx.decode = wrapped
+
 
 def test_noise_blocks_leave_the_drafter_kv_during_the_verify(tiny):
     p = tiny("gemma3")
-    with api.load(p.target, config=EngineConfig(n_ctx_slot=512, n_slots=3)) as plain:
-        prompts = [plain.tokenize(t) for t in ("hello world", "def f(x):", "1, 2, 3,")]
-        base = [plain.generate(t, max_tokens=48, ignore_eos=True).tokens for t in prompts]
+    base = plain_outputs(p)
     cfg = EngineConfig(n_ctx_slot=512, n_slots=3, check_invariants=True)  # a fixed block every step
     with api.load(p.target, p.drafter, config=cfg) as llm:
         eng = llm.engine
         inside, drops = [False], []  # drops: (inside the target forward, noise blocks still written)
-        decode, drop = eng.target_ctx.decode, eng.drafter.drop_blocks
-
-        def target_decode(batch, during=None):
-            inside[0] = True
-            try:
-                decode(batch, during)
-            finally:
-                inside[0] = False
+        flag_inside(eng.target_ctx, inside)
+        drop = eng.drafter.drop_blocks
 
         def drop_blocks():
             drops.append((inside[0], len(eng.drafter._written)))
             drop()
 
-        eng.target_ctx.decode, eng.drafter.drop_blocks = target_decode, drop_blocks
-        out = llm.generate_many([Request(t, max_tokens=48, ignore_eos=True) for t in prompts])
+        eng.drafter.drop_blocks = drop_blocks
+        out = llm.generate_many([Request(llm.tokenize(t), max_tokens=48, ignore_eos=True) for t in PROMPTS])
     assert [r.tokens for r in out] == base  # check_invariants held the drafter KV to its bookkeeping every step
     dropped = [d for d in drops if d[1]]
     assert dropped and all(inside for inside, _ in dropped), drops
@@ -42,30 +56,22 @@ def test_target_rollbacks_run_during_the_next_drafter_forward(tiny):
     ``seq_rm_later``, made in its ``during``), not in the commit; output stays plain greedy's. Without invariant
     checks: they read the KV after each commit, which makes the queued rollbacks at once."""
     p = tiny("gemma3")
-    with api.load(p.target, config=EngineConfig(n_ctx_slot=512, n_slots=3)) as plain:
-        prompts = [plain.tokenize(t) for t in ("hello world", "def f(x):", "1, 2, 3,")]
-        base = [plain.generate(t, max_tokens=48, ignore_eos=True).tokens for t in prompts]
+    base = plain_outputs(p)
     with api.load(p.target, p.drafter, config=EngineConfig(n_ctx_slot=512, n_slots=3, check_invariants=False)) as llm:
         eng = llm.engine
         inside, rms = [False], []  # rms: inside the drafter's forward, for each target rollback made
-        decode, seq_rm = eng.drafter.ctx.decode, eng.target_ctx._seq_rm
-
-        def drafter_decode(batch, during=None):
-            inside[0] = True
-            try:
-                decode(batch, during)
-            finally:
-                inside[0] = False
+        flag_inside(eng.drafter.ctx, inside)
+        seq_rm = eng.target_ctx._seq_rm
 
         def target_seq_rm(seq, p0, p1):
             rms.append(inside[0])
             seq_rm(seq, p0, p1)
 
-        eng.drafter.ctx.decode, eng.target_ctx._seq_rm = drafter_decode, target_seq_rm
-        out = llm.generate_many([Request(t, max_tokens=48, ignore_eos=True) for t in prompts])
+        eng.target_ctx._seq_rm = target_seq_rm
+        out = llm.generate_many([Request(llm.tokenize(t), max_tokens=48, ignore_eos=True) for t in PROMPTS])
     assert [r.tokens for r in out] == base
     # all but those left at a request's end (made when its slot is released) ran inside the drafter forward
-    assert len(rms) > 20 and sum(rms) >= len(rms) - 3 * len(prompts), rms
+    assert len(rms) > 20 and sum(rms) >= len(rms) - 3 * len(PROMPTS), rms
 
 
 def test_a_queued_rollback_is_made_before_the_kv_is_read(tiny):
