@@ -409,7 +409,10 @@ class DraftPolicy:
         (drafting in 0-4 % of their steps) where those that began outside one drafted in 90 % or more of theirs when
         their text suited the drafter (docs/gpu_2026-12-02-g). Unless the drafter looks useless, the pause ends
         with the prompt: its prefill keeps features (``expects_drafting``) and the probe follows the first decode
-        step. A useless drafter keeps its pause (a probe per request would cost it ~1 % at 1 slot)."""
+        step. A useless drafter keeps its pause (a probe per request would cost it ~1 % at 1 slot). Simulated with
+        the H200's costs at 1 slot, 60 requests of 256 tokens whose texts alternate two that draft well and two that
+        do not: 1.30 -> 1.33x of plain (acceptance 0.85 / 0.05), 1.19-1.22 -> 1.25-1.26x (0.8 / 0.3), 1.14 -> 1.12-1.13x
+        where both draft modestly (0.7 / 0.2)."""
         if self.pause > 2 and self._first_draft_rate() >= BLANK_FIRST_RATE:
             self.pause = 2
 
