@@ -57,6 +57,10 @@
 # Begin every batch of calls with a throwaway one (`nvidia-smi -L`): when a batch's first call gets no machine ("no
 # device machine could be started"), the next call starts a fresh one without what the first staged, and every
 # later step fails fast (2026-12-02: twice, ~240-430 s lost each time).
+# What a whole issue-13 run costs (2026-12-02, docs/gpu_2026-12-02-g, 1,800 s in all): setup ~60 s; `hooks` 362 s
+# (it waits for the build); `http` with py-plain,py-synth8,native-bs,py-random,py-dflash at 1,4,8,16 x 5 rounds
+# 307 s; native-plain,native-dflash,native-synth4,native-synth8 x 3 rounds 523 s; native-synth1 alone 437 s. A
+# session that also trains has room for the first `http` call only.
 set -euo pipefail
 # Other work in progress in the local tree travels with every call; .device-bench/head.tgz (carried, made just
 # before a call with `git archive HEAD pydflash scripts tests`) puts the committed files back, so the GPU runs HEAD.
