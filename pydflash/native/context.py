@@ -457,10 +457,9 @@ class Context:
 
     def flush_rollbacks(self) -> None:
         """Make the queued ``seq_rm_later`` rollbacks, in order."""
-        while self._later:
-            later, self._later = self._later, []
-            for seq_id, p0 in later:
-                self._seq_rm(seq_id, p0, -1)
+        later, self._later = self._later, []
+        for seq_id, p0 in later:
+            self._seq_rm(seq_id, p0, -1)
 
     def seq_pos_max(self, seq_id: int) -> int:
         """Largest position held for the sequence, -1 when empty."""

@@ -316,8 +316,7 @@ def manifest(prompts: list[dict], info: dict, n: int, seed: int, sha256: str) ->
     return {"n": n, "seed": seed, "copy_once": info.get("copy_once", 0.0), "sha256": sha256,
             "kind": count(lambda p: p["kind"]), "source": count(lambda p: f"{p['kind']}/{p['source']}"),
             "length": count(lambda p: p["_class"]), "kind_length": count(lambda p: f"{p['kind']}/{p['_class']}"),
-            "licenses": licenses,
-            "packages": packages, "files": info["files"], "heldout_rows": info["heldout_rows"],
+            "licenses": licenses, "packages": packages, "files": info["files"], "heldout_rows": info["heldout_rows"],
             "dropped_files": info["dropped_files"], "dropped_prompts": info["dropped_prompts"],
             "duplicates": info["duplicates"]}
 
