@@ -24,6 +24,9 @@ class EngineConfig:
     draft_max: Optional[int] = None
     # Shrink drafting (down to none) while the measured acceptance does not pay for the draft.
     adaptive: bool = False
+    # Verify a continuation copied from the slot's own text instead of the drafter's block where it looks better
+    # (engine/lookup.py): the drafter does not copy text it saw once. Greedy and sample-and-match requests only.
+    lookup: bool = True
     # Benchmarking only: force this mean acceptance length (counting the bonus); the text becomes invalid.
     synth_len: Optional[float] = None
     seed: int = 0

@@ -37,13 +37,16 @@ def main(argv=None):
     ap.add_argument("--drafter", default=str(SHIPPED_DRAFTER))
     ap.add_argument("--out", default=None)
     ap.add_argument("--suite", action="store_true", help="issue 14's bucketed suite and repetition suite")
+    ap.add_argument("--no-lookup", action="store_true",
+                    help="the drafter's blocks only: no chains copied from the text (engine/lookup.py)")
     ap.add_argument("--only", default="", help="with --suite: comma-separated kinds (code, prose, chat, repetition)")
     args = ap.parse_args(argv)
     if args.suite:
         return run_suite(args)
     data = np.load(HELDOUT)
     p_len = int(data["prompt_len"])
-    cfg = EngineConfig(n_ctx_slot=p_len + args.tokens + 32, n_gpu_layers=args.ngl, n_threads=args.threads)
+    cfg = EngineConfig(n_ctx_slot=p_len + args.tokens + 32, n_gpu_layers=args.ngl, n_threads=args.threads,
+                       lookup=not args.no_lookup)
     report = {"drafter": pathlib.Path(args.drafter).name, "tokens": args.tokens, "ngl": args.ngl}
     with api.load(gemma_target(), args.drafter, cfg) as llm:
         for split in ("code", "prose"):
@@ -66,7 +69,8 @@ def run_suite(args) -> None:
 
     kinds = set(filter(None, args.only.split(",")))
     chosen = [p for p in suite.prompts(args.n) if not kinds or p.kind in kinds]
-    cfg = EngineConfig(n_ctx_slot=320 + args.tokens, n_gpu_layers=args.ngl, n_threads=args.threads)
+    cfg = EngineConfig(n_ctx_slot=320 + args.tokens, n_gpu_layers=args.ngl, n_threads=args.threads,
+                       lookup=not args.no_lookup)
     totals: dict[str, Stats] = {}
     per_prompt = []
     with api.load(gemma_target(), args.drafter, cfg) as llm:
@@ -80,10 +84,12 @@ def run_suite(args) -> None:
             totals.setdefault(name, Stats()).merge_tokens(res.stats)
             d = res.stats.as_dict()
             per_prompt.append({"bucket": name, "name": p.name, "prompt_tokens": len(toks), "tau": d["mean_accept_len"],
-                               "n_generated": d["n_generated"]})
-            print(f"{name:14s} {p.name:22s} prompt {len(toks):4d}  tau {d['mean_accept_len']}", flush=True)
+                               "n_generated": d["n_generated"], "lookup_steps": d["n_lookup_steps"]})
+            print(f"{name:14s} {p.name:22s} prompt {len(toks):4d}  tau {d['mean_accept_len']}  "
+                  f"copied chains {d['n_lookup_steps']} of {d['n_steps']} steps", flush=True)
     report = {"drafter": pathlib.Path(args.drafter).name, "tokens": args.tokens, "ngl": args.ngl,
-              "draft_max": "trained block - 1", "buckets": {}, "prompts": per_prompt}
+              "draft_max": "trained block - 1",
+              "lookup": not args.no_lookup, "buckets": {}, "prompts": per_prompt}
     print("\n| bucket | prompts | tau | target | verdict | acceptance by position (1-8) |\n|---|---|---|---|---|---|")
     for name in sorted(totals):
         d = totals[name].as_dict()
@@ -91,6 +97,7 @@ def run_suite(args) -> None:
         n = sum(1 for r in per_prompt if r["bucket"] == name)
         report["buckets"][name] = {"prompts": n, "tau": d["mean_accept_len"], "target": target,
                                    "met": d["mean_accept_len"] >= target, "accept_rate": d["accept_rate"],
+                                   "lookup_steps": d["n_lookup_steps"], "steps": d["n_steps"],
                                    "accept_by_position": d["accept_by_position"]}
         pos = " / ".join(f"{x:.2f}" for x in d["accept_by_position"][:8])
         print(f"| {name} | {n} | {d['mean_accept_len']} | >= {target} | "

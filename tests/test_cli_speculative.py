@@ -225,3 +225,5 @@ def test_adaptive_drafting_is_the_default(tiny):
     assert fixed["draft_adaptive"] is False
     assert fixed["n_draft_steps"] == fixed["n_steps"] and fixed["n_drafted"] == 4 * fixed["n_steps"]
     assert fixed["text"] == default["text"]  # greedy either way
+    unlooked = _json(*base, "--draft-max", "4", "--no-draft-adaptive", "--no-lookup")
+    assert unlooked["n_lookup_steps"] == 0 and unlooked["text"] == fixed["text"]

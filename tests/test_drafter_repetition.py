@@ -26,7 +26,7 @@ TOKENS = 128
 def repetition_tau(target: str, drafter: str) -> tuple[float, dict]:
     """Committed tokens per target forward over the cases together (greedy, 15 drafts per step)."""
     pair = load_pair(target, drafter)
-    engine = Engine(pair, EngineConfig(n_slots=len(CASES), n_ctx_slot=1024, n_threads=0))
+    engine = Engine(pair, EngineConfig(n_slots=len(CASES), n_ctx_slot=1024, n_threads=0, lookup=False))
     try:
         reqs = [Request(REPETITION[name], max_tokens=TOKENS, add_special=True) for name in CASES]
         results = engine.run(reqs)

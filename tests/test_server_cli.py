@@ -41,7 +41,8 @@ def test_bad_config_contents(tmp_path):
     for text, words in [("[a]\ntarget = 'x.gguf'\nn_slots = 0\n", "n_slots"),
                         ("[a]\nwizard = 1\n", "unknown keys"), ("not toml [", "models.toml"),
                         ("default = 'b'\n[a]\ntarget = 'x.gguf'\n", "default preset"),
-                        ("[a]\ntarget = 'x.gguf'\nwarm_up = 'no'\n", "warm_up must be true or false")]:
+                        ("[a]\ntarget = 'x.gguf'\nwarm_up = 'no'\n", "warm_up must be true or false"),
+                        ("[a]\ntarget = 'x.gguf'\nlookup = 'no'\n", "lookup must be true or false")]:
         cfg.write_text(text)
         r = run("--config", str(cfg))
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr
@@ -56,6 +57,8 @@ def test_cache_flags_reach_the_preset(tmp_path):
     assert (p.cache_reuse, p.cache_ram_mib, p.checkpoint_every) == (False, 0, 32)
     assert p.slot_save_path == str(tmp_path) and p.synth_len == 2.5
     assert not p.draft_adaptive  # forced acceptance assumes a fixed block, as pydflash-speculative
+    assert p.lookup and p.engine_config().lookup  # copied chains: on unless --no-lookup
+    assert not build_models(parse_args(["--no-lookup"])).presets["default"].engine_config().lookup
     default = build_models(parse_args([])).presets["default"]
     assert (default.cache_reuse, default.cache_ram_mib, default.slot_save_path, default.synth_len) == (
         True, 256, None, None)

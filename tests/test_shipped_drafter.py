@@ -20,7 +20,7 @@ PROMPTS = [
 
 
 def run(gemma_path, draft_max):
-    with api.load(gemma_path, SHIPPED_DRAFTER, EngineConfig(n_ctx_slot=512, draft_max=draft_max)) as llm:
+    with api.load(gemma_path, SHIPPED_DRAFTER, EngineConfig(n_ctx_slot=512, draft_max=draft_max, lookup=False)) as llm:
         stats = [llm.generate(p, max_tokens=64).stats for p in PROMPTS]
     drafted = sum(s.n_drafted for s in stats)
     return sum(s.n_accepted for s in stats) / drafted, sum(s.n_generated for s in stats) / sum(s.n_steps for s in stats)

@@ -116,6 +116,36 @@ def test_deeper_init_starts_as_the_shipped_function(tmp_path):
         load_init(str(tmp_path), 1, "cpu")
 
 
+def test_keep_layers_makes_a_shallower_drafter_of_the_chosen_layers(tmp_path):
+    """--keep-layers 0,2 keeps layers 0 and 2 of the init (renumbered 0, 1) and everything outside the layers: the
+    result computes what the init computes with layer 1 skipped."""
+    import math
+
+    from pydflash.train.drafter import DFlashDrafter, DrafterConfig
+    from pydflash.train.pipeline import save_drafter
+    from pydflash.train.trainer import load_init
+
+    torch.manual_seed(0)
+    c = DrafterConfig(hidden_size=32, num_hidden_layers=3, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                      intermediate_size=64, vocab_size=50, num_target_layers=8, target_layer_ids=(1, 3, 5),
+                      block_size=4, mask_token_id=4, input_embedding_scale=math.sqrt(32))
+    save_drafter(DFlashDrafter(c), str(tmp_path))
+    full = load_init(str(tmp_path), 0, "cpu").eval()
+    cut = load_init(str(tmp_path), 0, "cpu", keep=[0, 2]).eval()
+    assert cut.config.num_hidden_layers == 2
+    x, ctx = torch.randn(1, 4, 32), torch.randn(1, 5, 32)
+    q_pos = torch.arange(5, 9)[None]
+    k_pos = torch.cat([torch.arange(5)[None], q_pos], 1)
+    del full.layers[1]  # the same network with its middle layer skipped
+    with torch.no_grad():
+        torch.testing.assert_close(cut(x, ctx, q_pos, k_pos, None), full(x, ctx, q_pos, k_pos, None))
+    for bad in ([0, 0], [3], [-1]):
+        with pytest.raises(ValueError, match="distinct layers"):
+            load_init(str(tmp_path), 0, "cpu", keep=bad)
+    with pytest.raises(ValueError, match="differs"):
+        load_init(str(tmp_path), 3, "cpu", keep=[0, 1])
+
+
 def test_rows_batches_stay_in_budget_and_keep_the_holdout_out():
     from pydflash.train.trainer import Rows
 

@@ -54,6 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--draft-max", type=int, default=None, help="drafts per step (default: trained block - 1)")
     g.add_argument("--no-draft-adaptive", action="store_true",
                    help="always draft --draft-max tokens (default: shrink drafting while it does not pay)")
+    g.add_argument("--no-lookup", action="store_true",
+                   help="verify only the drafter's blocks, never a continuation copied from the text itself")
     g.add_argument("--no-spec", action="store_true", help="plain decoding through the same engine")
     g.add_argument("--chat-template", default=None, help="a built-in template NAME (gemma, chatml) or a FILE")
     g.add_argument("--max-queue", type=int, default=64, help="requests waiting for a slot before 429")
@@ -106,6 +108,7 @@ def build_models(args):
                     draft_max=args.draft_max,
                     # forced acceptance assumes a fixed block (as pydflash-speculative --spec-synth-len)
                     draft_adaptive=not args.no_draft_adaptive and args.spec_synth_len is None,
+                    lookup=not args.no_lookup,
                     chat_template=args.chat_template, max_queue=args.max_queue,
                     cache_reuse=not args.no_cache_reuse, cache_ram_mib=args.cache_ram,
                     checkpoint_every=args.ctx_checkpoint_every, slot_save_path=save_path,

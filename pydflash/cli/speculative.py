@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft-max", metavar="K", type=int, default=None,
                    help="most drafts per step (default: trained block - 1); a fixed block with --no-draft-adaptive")
     # None = not given: adaptive, except under --spec-synth-len, whose forced acceptance assumes a fixed block.
+    p.add_argument("--lookup", action=argparse.BooleanOptionalAction, default=True,
+                   help="where the text repeats itself, verify a continuation copied from it instead of the drafter's "
+                        "block when it looks better (default: on; --no-lookup: the drafter's blocks only)")
     p.add_argument("--draft-adaptive", action=argparse.BooleanOptionalAction, default=None,
                    help="pick the drafts per step (down to none) by measured acceptance and step cost (default: on)")
     p.add_argument("--allow-scale-mismatch", action="store_true",
@@ -101,7 +104,7 @@ def run(args) -> int:
     adaptive = args.draft_adaptive if args.draft_adaptive is not None else args.spec_synth_len is None
     cfg = EngineConfig(
         n_ctx_slot=args.ctx_size, n_threads=args.threads, n_gpu_layers=gpu_layers(args),
-        draft_max=args.draft_max, adaptive=adaptive, synth_len=args.spec_synth_len,
+        draft_max=args.draft_max, adaptive=adaptive, synth_len=args.spec_synth_len, lookup=args.lookup,
         rpc=args.rpc if args.rpc is not None else (), rpc_allow_public=args.rpc_allow_public,
     )
 
@@ -172,6 +175,7 @@ def _json_report(res, model: str, adaptive: bool, sampling_mode: str) -> dict:
         "finish_reason": res.finish_reason,
         "synthetic": res.synthetic,
         "draft_adaptive": adaptive,
+        "n_lookup_steps": st["n_lookup_steps"],  # steps that verified a chain copied from the text (--lookup)
         "sampling_mode": sampling_mode,
         "n_prompt": st["n_prompt"],
         "n_generated": st["n_generated"],

@@ -30,7 +30,7 @@ from ..config import EngineConfig
 from ..errors import ContextOverflow, EngineClosed, InvalidRequest, InvariantError
 from ..native import Context, ContextParams
 from ..pair import Pair
-from . import adaptive, proposal, rejection
+from . import adaptive, lookup, proposal, rejection
 from .costs import StepCosts
 from .accept import commit_tokens, greedy_accept, synthetic_accept, synthetic_rate
 from .drafter import NO_COST, Drafter, ProposeCost
@@ -91,6 +91,8 @@ class Engine:
         self.drafting = adaptive.DraftPolicy(StepCosts(drop_first=config.n_gpu_layers != 0))
         self.rng = random.Random(config.seed)
         self.synth_p = None
+        # copied chains (lookup.py) where a drafter drafts for real: synthetic acceptance ignores what is drafted
+        self._looks_up = config.lookup and self.drafter is not None and config.synth_len is None
         self.drafter_restarts = 0  # drafter contexts started over after a feature gap (see _keep_features)
         if config.synth_len is not None:
             if self.drafter is None:
@@ -194,6 +196,7 @@ class Engine:
         chunks = self._prefill_chunks(plan, prefilling)
         self._extract_features_if_needed(plan, chunks, features)
         drafts = self._propose(plan, prefilling)                                             # propose
+        copied = self._copy_where_better(plan, drafts)                                       # (or copy)
         self._settle_features(active)
         self._before_verify()
         verdicts = self.verifier.verify([(s, drafts.get(s.seq, [])) for s in running], chunks,  # verify (+ prefill)
@@ -201,7 +204,8 @@ class Engine:
         for slot, chunk in chunks:
             self._prefilled(slot, len(chunk), *verdicts[slot.seq])
         t_commit = time.perf_counter()
-        events = [self._commit(s, drafts.get(s.seq, []), *verdicts[s.seq]) for s in running]  # accept + commit
+        events = [self._commit(s, drafts.get(s.seq, []), *verdicts[s.seq], s.seq in copied)  # accept + commit
+                  for s in running]
         self._account(plan, prefilling, clock, time.perf_counter() - t_commit)
         return events
 
@@ -216,6 +220,17 @@ class Engine:
             self.drafter.last_cost = NO_COST
             return {}
         return self.drafter.propose(plan + [(s, 0) for s in prefilling], during=self.target_ctx.flush_rollbacks)
+
+    def _copy_where_better(self, plan: list[tuple[Slot, int]], drafts: dict[int, list[int]]) -> set[int]:
+        """Swap a drafting slot's block for a continuation copied from its own text where lookup.choose prefers it
+        (the drafter does not copy text seen once); returns the slots that verify a copy."""
+        copied = set()
+        for slot, k in plan:
+            if k and slot.history is not None:
+                drafts[slot.seq], is_copy = lookup.choose(drafts.get(slot.seq, []), slot.history, k)
+                if is_copy:
+                    copied.add(slot.seq)
+        return copied
 
     def _settle_features(self, active: list[Slot]) -> None:
         """Feature rows a slot keeps pending past this step (it did not inject them) are still in the target's
@@ -300,9 +315,12 @@ class Engine:
         self.drafter.ctx.seq_rm(slot.seq, 0)
         slot.restart_features(pos)
 
-    def _commit(self, slot: Slot, drafts: list[int], picks: list[int], rows, pos0: int) -> Event:
+    def _commit(self, slot: Slot, drafts: list[int], picks: list[int], rows, pos0: int, copied: bool = False) -> Event:
         k = len(drafts)
         m, committed = self._accept(slot, drafts, picks)
+        if copied:
+            slot.stats.n_lookup_steps += 1
+            slot.stats.n_lookup_accepted += m
         self.target_ctx.accept(slot.seq, committed)
         if m < k:  # rollback: the target wrote [pos0, pos0 + k]; keep up to the last accepted draft (made during
             self.target_ctx.seq_rm_later(slot.seq, pos0 + m + 1)  # the next drafter forward, or before any KV use)
@@ -313,6 +331,8 @@ class Engine:
         slot.n_past = pos0 + m + 1
         slot.anchor = committed[-1]
         new_tokens, text = self._emit(slot, committed)
+        if slot.history is not None:
+            slot.history.extend(new_tokens)
         slot.stats.record_step(k, m, len(new_tokens))
         if self.config.adaptive:
             self.drafting.observe(slot.policy, k, m)
@@ -489,7 +509,9 @@ class Engine:
             slot = Slot(seq=i, request=req, prompt=tokens, draft_max=draft, stats=Stats(n_prompt=len(tokens)),
                         text=TextStream(req.stop), policy=adaptive.SlotPolicy(),
                         prefill=list(tokens[:-1]), anchor=tokens[-1], admitted=next(self._admissions),
-                        proposal=proposal.Proposal() if req.rejection and self.drafter is not None else None)
+                        proposal=proposal.Proposal() if req.rejection and self.drafter is not None else None,
+                        # rejection sampling needs the drafter's q for each draft: no copied chains
+                        history=lookup.History(tokens) if self._looks_up and not req.rejection else None)
             self.target_ctx.set_sampling(i, req.sampling)
             if self.drafter is not None:  # q for rejection sampling, else the drafter's argmax
                 self.drafter.ctx.set_sampling(i, req.draft_sampling)

@@ -15,6 +15,8 @@ class Stats:
     n_drafted: int = 0
     n_accepted: int = 0
     n_feature_steps: int = 0  # steps whose target forward extracted features (adaptive drafting skips them)
+    n_lookup_steps: int = 0  # drafting steps that verified a chain copied from the text, not the drafter's (lookup.py)
+    n_lookup_accepted: int = 0  # drafts accepted in those steps
     # accept_hist[i]: how often draft position i+1 was accepted; drafted_hist[i]: how often it was proposed.
     accept_hist: list[int] = field(default_factory=list)
     drafted_hist: list[int] = field(default_factory=list)
@@ -43,7 +45,7 @@ class Stats:
     def merge_tokens(self, other: "Stats") -> None:
         """Add another request's counts. Times are not merged: the engine's own are per step, shared by slots."""
         for name in ("n_prompt", "n_cached", "n_generated", "n_steps", "n_draft_steps", "n_drafted", "n_accepted",
-                     "n_feature_steps"):
+                     "n_feature_steps", "n_lookup_steps", "n_lookup_accepted"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.t_prefill += other.t_prefill
         for mine, theirs in ((self.accept_hist, other.accept_hist), (self.drafted_hist, other.drafted_hist)):
@@ -78,6 +80,8 @@ class Stats:
             "n_drafted": self.n_drafted,
             "n_accepted": self.n_accepted,
             "n_feature_steps": self.n_feature_steps,
+            "n_lookup_steps": self.n_lookup_steps,
+            "n_lookup_accepted": self.n_lookup_accepted,
             "accept_rate": round(self.accept_rate, 4),
             "mean_accept_len": round(self.mean_accept_len, 4),
             "accept_by_position": [round(a / d, 4) if d else 0.0 for a, d in zip(self.accept_hist, self.drafted_hist)],

@@ -59,6 +59,7 @@ class Preset:
     rpc_allow_public: bool = False
     draft_max: Optional[int] = None
     draft_adaptive: bool = True
+    lookup: bool = True  # copied chains where the text repeats itself (engine/lookup.py; --no-lookup)
     warm_up: bool = True  # each context's largest batch once at load, on a GPU (engine/warmup.py; --no-warmup)
     chat_template: Optional[str] = None  # a built-in NAME or a FILE; default: the GGUF's, else by architecture
     max_queue: int = 64  # requests waiting for a slot before 429
@@ -74,7 +75,7 @@ class Preset:
         if not self.name or len(self.name) > 128 or any(ord(c) < 32 for c in self.name):
             raise ConfigError(f"bad preset name {self.name!r}")
         # "no" would read as true (rpc_allow_public: EngineConfig checks it, below)
-        for key in ("draft_adaptive", "cache_reuse", "warm_up"):
+        for key in ("draft_adaptive", "lookup", "cache_reuse", "warm_up"):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"preset {self.name!r}: {key} must be true or false")
         try:
@@ -97,6 +98,7 @@ class Preset:
         return EngineConfig(n_slots=self.n_slots, n_ctx_slot=self.n_ctx_slot, n_batch=self.n_batch,
                             n_ubatch=min(512, self.n_batch), n_threads=self.n_threads, n_gpu_layers=self.n_gpu_layers,
                             draft_max=self.draft_max, adaptive=self.draft_adaptive, synth_len=self.synth_len,
+                            lookup=self.lookup,
                             rpc=self.rpc, rpc_allow_public=self.rpc_allow_public, check_invariants=False,
                             warm_up=None if self.warm_up else False)
 

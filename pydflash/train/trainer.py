@@ -13,7 +13,8 @@ memory: 20 M tokens of features would take 128 GB.
 - Anchors sit only in the response: prompt text is human-written, and the drafter's job is to guess the target.
 - ``--init DIR`` continues from a drafter (``model.safetensors`` + ``config.json``, z-lab layout). With
   ``--layers`` above its depth, the new layers start as the identity (zero output projections), so training
-  starts from the old drafter's function instead of from noise.
+  starts from the old drafter's function instead of from noise. ``--keep-layers 0,1,2`` instead keeps only those
+  layers of the initial drafter, in order: a shallower drafter costs less per block (the cost bar of issue 14).
 - ``--copy-weight W`` draws copying rows (half or more of the response continues 8-grams of the prompt:
   ``copying.py``) W times as often as others of their length: the drafter does not copy text seen once
   (docs/drafter.md). 1 (the default) samples as before.
@@ -134,19 +135,37 @@ def init_files(path: str) -> tuple[str, str]:
     return path, cfg if os.path.exists(cfg) else os.path.join(os.path.dirname(path), "config.json")
 
 
-def load_init(path: str, layers: int, device) -> DFlashDrafter:
+def keep_only(sd: dict, keep: list[int]) -> dict:
+    """The state dict with only the layers in ``keep``, renumbered 0.. in that order (the rest of the drafter, fc,
+    norms and the rest, as it is)."""
+    out = {k: v for k, v in sd.items() if not k.startswith("layers.")}
+    for new, old in enumerate(keep):
+        prefix = f"layers.{old}."
+        out.update({f"layers.{new}." + k[len(prefix):]: v for k, v in sd.items() if k.startswith(prefix)})
+    return out
+
+
+def load_init(path: str, layers: int, device, keep: list[int] | None = None) -> DFlashDrafter:
     from safetensors.torch import load_file
     weights, config = init_files(path)
     with open(config) as f:
         hf = json.load(f)
     cfg = DrafterConfig.from_hf_config(hf)
+    sd = load_file(weights)
+    if keep:
+        if layers and layers != len(keep):
+            raise ValueError(f"--layers {layers} differs from --keep-layers' {len(keep)} layers")
+        if sorted(set(keep)) != sorted(keep) or not all(0 <= i < cfg.num_hidden_layers for i in keep):
+            raise ValueError(f"--keep-layers {keep}: distinct layers of the initial drafter's "
+                             f"0..{cfg.num_hidden_layers - 1}")
+        sd = keep_only(sd, keep)
+        cfg = DrafterConfig(**{**cfg.__dict__, "num_hidden_layers": len(keep)})
     old = cfg.num_hidden_layers
     if layers and layers != old:
         if layers < old:
-            raise ValueError(f"--layers {layers} is below the initial drafter's {old}")
+            raise ValueError(f"--layers {layers} is below the initial drafter's {old} (--keep-layers drops layers)")
         cfg = DrafterConfig(**{**cfg.__dict__, "num_hidden_layers": layers})
     model = DFlashDrafter(cfg)
-    sd = load_file(weights)
     missing, unexpected = model.load_state_dict(sd, strict=False)
     if unexpected or any(not k.startswith("layers.") for k in missing):
         raise ValueError(f"{path}: weights do not fit the config (missing {missing[:3]}, unexpected {unexpected[:3]})")
@@ -274,6 +293,8 @@ def main(argv=None):
     ap.add_argument("--out", required=True)
     ap.add_argument("--init", default="", help="drafter to continue from: a folder (model.safetensors + config.json) or a .safetensors file")
     ap.add_argument("--layers", type=int, default=0, help="drafter depth (0: the init's, or 3 from scratch)")
+    ap.add_argument("--keep-layers", default="",
+                    help="with --init: keep only these layers of it, e.g. 0,1,2 (a shallower, cheaper drafter)")
     ap.add_argument("--heads", type=int, default=0, help="from scratch: attention heads (0: 4)")
     ap.add_argument("--kv-heads", type=int, default=0, help="from scratch: key/value heads (0: 2)")
     ap.add_argument("--head-dim", type=int, default=0, help="from scratch: width of a head (0: 128)")
@@ -304,6 +325,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.init and (args.heads or args.kv_heads or args.head_dim):
         ap.error("--heads, --kv-heads and --head-dim shape a drafter from scratch; --init's config fixes them")
+    if args.keep_layers and not args.init:
+        ap.error("--keep-layers picks layers of --init's drafter")
     if args.copy_weight <= 0:
         ap.error("--copy-weight must be above 0")
     device = torch.device(args.device)
@@ -331,7 +354,8 @@ def main(argv=None):
         f"--copy-weight {args.copy_weight:g}: ~{copy['copy_draw_share']:.1%} of row draws go to copying rows")
 
     if args.init:
-        model = load_init(args.init, args.layers, device)
+        keep = [int(x) for x in args.keep_layers.split(",")] if args.keep_layers else None
+        model = load_init(args.init, args.layers, device, keep)
     else:
         model = DFlashDrafter(scratch_config(cfg, args, layer_ids)).to(device)
     if list(model.config.target_layer_ids) != layer_ids:

@@ -1,0 +1,67 @@
+"""Prompt lookup: a draft chain copied from the slot's own text, where its last tokens stood before.
+
+Why: the DFlash drafter sees the target's features, and at this size it does not copy text it has seen once
+(docs/drafter.md: a summary that repeats the notes verbatim runs at tau 1.8 with version 4, a passage copied once at
+1.5-1.9). The text being copied is already in the slot's history: where its last NGRAM tokens occurred before, what
+followed them then is a free guess at what follows now (prompt lookup decoding; llama.cpp's n-gram drafts).
+
+The lookup does not replace the drafter. Per slot and step, the verified chain is
+- the copy, when its match runs to LONG_MATCH tokens or more (the text is being copied), or when it starts with the
+  drafter's own first draft (right 50-98 % of the time: when they agree, a copy tends to go on longer than a block);
+- the drafter's block otherwise.
+Verification is unchanged, so committed text is the target's whichever chain went in (greedy picks and
+sample-and-match both keep only the target's own tokens). Rejection sampling needs the drafter's q for every draft,
+so it never uses a copy (``Engine._admit`` gives such slots no history).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+NGRAM = 3  # tokens of the history's end to look up: 2 matches too often by chance, 4+ misses short repeats
+LONG_MATCH = 8  # a match this long says the text is being copied: the copy goes in even against the drafter
+
+
+class History:
+    """A slot's tokens (prompt, then what it committed), indexed by each NGRAM-gram's last occurrence that has a
+    token after it. Appending costs O(1) a token; a lookup O(LONG_MATCH + k)."""
+
+    def __init__(self, tokens: Sequence[int]):
+        self.tokens: list[int] = []
+        self.last: dict[tuple[int, ...], int] = {}  # gram -> the position of its last token
+        self.extend(tokens)
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        toks, last = self.tokens, self.last
+        for t in tokens:
+            toks.append(int(t))
+            i = len(toks) - 2  # the gram that ends there now has a successor
+            if i >= NGRAM - 1:
+                last[tuple(toks[i - NGRAM + 1:i + 1])] = i
+
+    def continuation(self, k: int) -> tuple[list[int], int]:
+        """The k tokens that followed the last earlier occurrence of the history's final NGRAM tokens, and how many
+        tokens that match spans (NGRAM..LONG_MATCH); ([], 0) if they never occurred before. A match that runs into
+        the present (a loop shorter than k) continues the loop."""
+        toks = self.tokens
+        if k <= 0 or len(toks) < NGRAM:
+            return [], 0
+        j = self.last.get(tuple(toks[-NGRAM:]))
+        if j is None:
+            return [], 0
+        n = NGRAM
+        while n < LONG_MATCH and j - n >= 0 and toks[j - n] == toks[-1 - n]:
+            n += 1
+        period = len(toks) - 1 - j
+        out = toks[j + 1:j + 1 + min(k, period)]
+        while len(out) < k:  # the copy reached the end of the history: what it copied since repeats
+            out.append(out[len(out) - period])
+        return out, n
+
+
+def choose(drafts: list[int], history: History, k: int) -> tuple[list[int], bool]:
+    """The chain to verify for one slot, and whether it is the copy (see the module docstring)."""
+    copy, n = history.continuation(k)
+    if copy and (n >= LONG_MATCH or (drafts and copy[0] == drafts[0])):
+        return copy, True
+    return drafts, False
