@@ -13,7 +13,8 @@
 #   remote.sh bench   scripts/bench.py, all modes: 1 request x 512 tokens, 8 requests x 256 tokens
 #   remote.sh long    adaptive modes only, long requests: 1 x 900 tokens (6 rounds), 8 x 600 tokens (4 rounds)
 #   remote.sh eval    the held-out drafter evaluation (scripts/eval_drafter.py)
-#   remote.sh suite   issue 14's bucketed suite + repetition suite (eval_drafter.py --suite), 256 tokens
+#   remote.sh suite   issue 14's bucketed suite + repetition suite (eval_drafter.py --suite), 256 tokens; SUITE_ARGS
+#                     adds flags (--no-lookup), SUITE_TAG suffixes the output's name
 #   remote.sh repro   issue 12 item 2: random drafters through the engine on the GPU (scripts/device/repro_random_drafter.py),
 #                     PYDFLASH_VERBOSE=1, the whole log to $OUT/repro_gpu.log
 #   remote.sh nan     issue 12 item 2's mechanism: a drafter with NaN logits, with and without the invalid-id guard
@@ -169,7 +170,7 @@ eval)
 suite)
     use_build
     python3 scripts/eval_drafter.py --suite --ngl -1 --threads 8 --n 10 --tokens 256 --drafter "${2:-pydflash/models/gemma-3-270m-dflash-q8_0.gguf}" \
-        --out $OUT/drafter_suite_gpu.json ;;
+        --out $OUT/drafter_suite_gpu${SUITE_TAG:-}.json ${SUITE_ARGS:-} ;;
 gen)  # NPROC generator processes share the GPU, process i on lines SKIP + i * SPAN .. SKIP + (i + 1) * SPAN;
       # GEN_ARGS passes more flags (--kv-streams)
     use_build
@@ -230,10 +231,17 @@ suite2)
     for which in ${SUITE2_WHICH:-new old}; do  # SUITE2_WHICH=new: the shipped drafter's suite is already known
         d=pydflash/models/gemma-3-270m-dflash-q8_0.gguf
         [ $which = new ] && d=$W/drafter/drafter-q8_0.gguf
-        python3 scripts/eval_drafter.py --suite --ngl -1 --threads 8 --n 10 --tokens 256 --drafter $d \
-            --out $OUT/drafter_suite_gpu_$which.json 2>&1 | grep -v "^llama_\|^load\|^print_info" | tail -16
+        # SUITE2_LOOKUP="on off": with copied chains (the default) and the drafter's blocks alone (_nolookup)
+        for lookup in ${SUITE2_LOOKUP:-on}; do
+            python3 scripts/eval_drafter.py --suite --ngl -1 --threads 8 --n 10 --tokens 256 --drafter $d \
+                $([ $lookup = off ] && echo --no-lookup) --out $OUT/drafter_suite_gpu_$which$([ $lookup = off ] && echo _nolookup).json \
+                2>&1 | grep -v "^llama_\|^load\|^print_info" | tail -12
+        done
     done
-    python3 scripts/step_costs.py --ngl -1 --drafter $W/drafter/drafter-q8_0.gguf --out $OUT/step_costs_new.json 2>&1 | tail -8 ;;
+    # both drafters' block against a 16-token verify, same machine, same call (the shipped one last ran a session ago)
+    python3 scripts/step_costs.py --ngl -1 --drafter $W/drafter/drafter-q8_0.gguf --out $OUT/step_costs_new.json 2>&1 | tail -8
+    python3 scripts/step_costs.py --ngl -1 --drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf \
+        --out $OUT/step_costs_shipped.json 2>&1 | tail -8 ;;
 cuda)  # the CUDA-only patches on the idle GPU (0006 MMVQ passes, 0007 a CUDA graph per shape): their tests, then
       # step_costs.py (shipped drafter) with both, and with each turned off by its switch
     use_build
