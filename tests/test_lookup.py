@@ -8,7 +8,7 @@ import pytest
 from oracle import Oracle
 from pydflash import api
 from pydflash.config import EngineConfig
-from pydflash.engine.lookup import LONG_MATCH, NGRAM, History, choose
+from pydflash.engine.lookup import LONG_MATCH, NGRAM, History, choose, drafter_accepted
 from pydflash.engine.request import Request
 
 
@@ -102,3 +102,42 @@ def test_rejection_sampling_requests_get_no_copies(tiny):
         req = Request(llm.tokenize(REPEATS), max_tokens=32, temperature=0.8, seed=3)  # rejection: the default mode
         res = llm.generate_many([req])[0]
     assert res.stats.n_lookup_steps == 0 and res.stats.n_drafted > 0
+
+
+def test_drafter_accepted_counts_the_drafters_own_block():
+    chain, picks = [5, 6, 7, 8], [5, 6, 7, 9, 4]  # the copy: 3 accepted, the target picked 9 after 5 6 7
+    assert drafter_accepted([5, 6, 7, 8], chain, picks, 3) == 3  # the same chain
+    assert drafter_accepted([5, 1, 1, 1], chain, picks, 3) == 1  # parts from the copy at 1: the target took 6
+    assert drafter_accepted([5, 6, 7, 9], chain, picks, 3) == 4  # holds the bonus too (at least 4)
+    assert drafter_accepted([1, 1, 1, 1], chain, picks, 3) == 0
+    assert drafter_accepted([3, 3, 3, 3], chain, [4, 0, 0, 0, 0], 0) == 0  # copy rejected at once, block too
+    assert drafter_accepted([4, 3, 3, 3], chain, [4, 0, 0, 0, 0], 0) == 1  # the block had the target's pick
+
+
+def test_adaptive_drafting_learns_from_the_drafter_not_the_copies(tiny, monkeypatch):
+    """Every verified chain is a copy the target accepts whole (here: plain greedy's own continuation, fed as the
+    copy), while the tiny random drafter's blocks earn nothing. The policy must see the drafter's 0s, or a useless
+    drafter looks useful wherever text repeats and drafting never pauses."""
+    from pydflash.engine import engine as engine_mod
+
+    p = tiny("gemma3")
+    prompt = "hello world, once more"
+    with api.load(p.target, config=EngineConfig(n_ctx_slot=512)) as plain:
+        toks = plain.tokenize(prompt)
+        greedy = plain.generate(toks, max_tokens=200, ignore_eos=True).tokens
+    truth = toks + greedy
+
+    def copy_truth(drafts, history, k):
+        at = len(history.tokens)
+        return truth[at:at + k], True
+
+    monkeypatch.setattr(engine_mod.lookup, "choose", copy_truth)
+    with api.load(p.target, p.drafter, config=EngineConfig(n_ctx_slot=512, adaptive=True)) as llm:
+        seen = []
+        observe = llm.engine.drafting.observe
+        llm.engine.drafting.observe = lambda pol, k, m: (seen.append((k, m)), observe(pol, k, m))
+        res = llm.generate(toks, max_tokens=120, ignore_eos=True)
+    assert res.tokens == greedy[:120]
+    assert res.stats.n_lookup_accepted == res.stats.n_accepted > 0  # every chain was the (right) copy
+    assert seen and sum(m for _, m in seen) <= len(seen) // 4, seen  # ...but the policy saw the drafter's own
+    assert res.stats.n_draft_steps < res.stats.n_steps / 2  # so it paused, as for any useless drafter

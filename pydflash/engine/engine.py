@@ -196,7 +196,7 @@ class Engine:
         chunks = self._prefill_chunks(plan, prefilling)
         self._extract_features_if_needed(plan, chunks, features)
         drafts = self._propose(plan, prefilling)                                             # propose
-        copied = self._copy_where_better(plan, drafts)                                       # (or copy)
+        blocks = self._copy_where_better(plan, drafts)                                       # (or copy)
         self._settle_features(active)
         self._before_verify()
         verdicts = self.verifier.verify([(s, drafts.get(s.seq, [])) for s in running], chunks,  # verify (+ prefill)
@@ -204,7 +204,7 @@ class Engine:
         for slot, chunk in chunks:
             self._prefilled(slot, len(chunk), *verdicts[slot.seq])
         t_commit = time.perf_counter()
-        events = [self._commit(s, drafts.get(s.seq, []), *verdicts[s.seq], s.seq in copied)  # accept + commit
+        events = [self._commit(s, drafts.get(s.seq, []), *verdicts[s.seq], blocks.get(s.seq))  # accept + commit
                   for s in running]
         self._account(plan, prefilling, clock, time.perf_counter() - t_commit)
         return events
@@ -221,16 +221,17 @@ class Engine:
             return {}
         return self.drafter.propose(plan + [(s, 0) for s in prefilling], during=self.target_ctx.flush_rollbacks)
 
-    def _copy_where_better(self, plan: list[tuple[Slot, int]], drafts: dict[int, list[int]]) -> set[int]:
+    def _copy_where_better(self, plan: list[tuple[Slot, int]], drafts: dict[int, list[int]]) -> dict[int, list[int]]:
         """Swap a drafting slot's block for a continuation copied from its own text where lookup.choose prefers it
-        (the drafter does not copy text seen once); returns the slots that verify a copy."""
-        copied = set()
+        (the drafter does not copy text seen once); returns the drafter's blocks of the slots that verify a copy."""
+        blocks = {}
         for slot, k in plan:
             if k and slot.history is not None:
-                drafts[slot.seq], is_copy = lookup.choose(drafts.get(slot.seq, []), slot.history, k)
+                block = drafts.get(slot.seq, [])
+                drafts[slot.seq], is_copy = lookup.choose(block, slot.history, k)
                 if is_copy:
-                    copied.add(slot.seq)
-        return copied
+                    blocks[slot.seq] = block
+        return blocks
 
     def _settle_features(self, active: list[Slot]) -> None:
         """Feature rows a slot keeps pending past this step (it did not inject them) are still in the target's
@@ -315,12 +316,16 @@ class Engine:
         self.drafter.ctx.seq_rm(slot.seq, 0)
         slot.restart_features(pos)
 
-    def _commit(self, slot: Slot, drafts: list[int], picks: list[int], rows, pos0: int, copied: bool = False) -> Event:
+    def _commit(self, slot: Slot, drafts: list[int], picks: list[int], rows, pos0: int,
+                block: Optional[list[int]] = None) -> Event:
+        """block: the drafter's own drafts where a copied chain was verified instead (lookup.py), else None."""
         k = len(drafts)
         m, committed = self._accept(slot, drafts, picks)
-        if copied:
+        m_drafter = m  # what the drafter's block earned: adaptive drafting sizes blocks by it
+        if block is not None:
             slot.stats.n_lookup_steps += 1
             slot.stats.n_lookup_accepted += m
+            m_drafter = lookup.drafter_accepted(block, drafts, picks, m)
         self.target_ctx.accept(slot.seq, committed)
         if m < k:  # rollback: the target wrote [pos0, pos0 + k]; keep up to the last accepted draft (made during
             self.target_ctx.seq_rm_later(slot.seq, pos0 + m + 1)  # the next drafter forward, or before any KV use)
@@ -335,7 +340,7 @@ class Engine:
             slot.history.extend(new_tokens)
         slot.stats.record_step(k, m, len(new_tokens))
         if self.config.adaptive:
-            self.drafting.observe(slot.policy, k, m)
+            self.drafting.observe(slot.policy, k, m_drafter)
         if self.config.check_invariants:
             self._check(slot)
         self.prompt_cache.after_commit(slot)  # an SWA checkpoint every CacheConfig.checkpoint_every positions

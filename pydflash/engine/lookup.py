@@ -59,6 +59,21 @@ class History:
         return out, n
 
 
+def drafter_accepted(block: list[int], chain: list[int], picks: list[int], m: int) -> int:
+    """How many of the drafter's own drafts the target would have accepted in a step that verified a copy instead
+    (m of the copy accepted; picks: the target's pick after each prefix of the copy). Adaptive drafting learns from
+    this, not from the copy's m: copies cost no drafter forward and come only where text repeats, so counting them
+    as the drafter's made a useless drafter look useful (the H200, 8 clients: 0.84x of plain against 0.93x). Exact
+    where the block leaves the copy inside its accepted part; m + 1 (a lower bound) where the block also holds the
+    bonus, since the target's picks past it are not known."""
+    i = 0
+    while i < m and i < len(block) and block[i] == chain[i]:
+        i += 1
+    if i < m:  # the block parts from the accepted copy at i, where the target picked the copy's token
+        return i
+    return m + 1 if m < len(block) and block[m] == picks[m] else m
+
+
 def choose(drafts: list[int], history: History, k: int) -> tuple[list[int], bool]:
     """The chain to verify for one slot, and whether it is the copy (see the module docstring)."""
     copy, n = history.continuation(k)
