@@ -653,7 +653,8 @@ def write_outputs(report: dict, out_dir: pathlib.Path, stem: str, render: bool) 
 
 
 def merge(paths: list[str]) -> dict:
-    """Chunks of one run (split with --only to fit time limits) as one report; later files win per condition."""
+    """Chunks of one run (split with --only or --clients to fit time limits) as one report; a condition's levels
+    from several chunks are merged, later files winning per level."""
     reports = [json.loads(pathlib.Path(p).read_text()) for p in paths]
     out = dict(reports[0])
     out["conditions"] = {}
@@ -662,7 +663,11 @@ def merge(paths: list[str]) -> dict:
                       "pydflash_commit": r["pydflash_commit"]} for p, r in zip(paths, reports)]
     clients: list[int] = []
     for path, r in zip(paths, reports):
-        out["conditions"].update(r["conditions"])
+        for cid, cond in r["conditions"].items():
+            seen = out["conditions"].get(cid)
+            # the same condition at other concurrencies in another chunk: keep both chunks' levels
+            levels = {**seen["levels"], **cond["levels"]} if seen else cond["levels"]
+            out["conditions"][cid] = {**cond, "levels": levels}
         out["commands"] += r["commands"]
         clients += [c for c in r["params"]["clients"] if c not in clients]
         for key in ("tokens", "requests", "rounds", "ctx", "threads", "ngl"):

@@ -120,3 +120,21 @@ def test_low_concurrency_rounds_hold_enough_requests_and_interleaved_rounds_pair
     assert useless["paired"] == {"1": [0.94, 0.9, 0.96]}
     report["params"]["interleave"] = False  # minutes apart: rounds do not pair
     assert "paired" not in bench_http.targets(report)[-1]
+
+
+def test_chunks_split_by_concurrency_merge_per_level(tmp_path):
+    """A run split into calls by --clients (the H200's 2026-12-02 run: 1 and 8 clients, then 4 and 16) renders as one
+    table: a condition's levels from both chunks are kept, a later chunk winning only at a level both measured."""
+    def chunk(name, clients, tok):
+        report = {"date": "d", "machine": {"gpu": "g", "host": "h"}, "pydflash_commit": "c", "commands": [name],
+                  "params": {"clients": clients, "tokens": 256, "requests": 2, "rounds": 5, "ctx": 1024,
+                             "threads": 8, "ngl": -1},
+                  "conditions": {"py-plain": {"label": "pydflash plain", "levels": {str(c): level(tok) for c in clients}}}}
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(report))
+        return str(path)
+
+    merged = bench_http.merge([chunk("a", [1, 8], 100.0), chunk("b", [4, 8, 16], 200.0)])
+    levels = merged["conditions"]["py-plain"]["levels"]
+    assert sorted(levels, key=int) == ["1", "4", "8", "16"] and merged["params"]["clients"] == [1, 4, 8, 16]
+    assert bench_http.median_of(merged, "py-plain", 1) == 100.0 and bench_http.median_of(merged, "py-plain", 8) == 200.0
