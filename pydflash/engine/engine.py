@@ -1,6 +1,7 @@
 """The step engine: many concurrent requests ("slots"), one DFlash transaction per step.
 
-    step():  admit -> plan drafts -> propose (one drafter forward)
+    step():  admit -> plan drafts -> propose (one drafter forward; where a slot's text repeats itself, a chain
+             copied from it may replace its block, lookup.py)
              -> verify (one target forward, which also carries the next prompt chunk of slots still prefilling)
              -> accept + commit / rollback per slot
 

@@ -136,8 +136,8 @@ def init_files(path: str) -> tuple[str, str]:
 
 
 def keep_only(sd: dict, keep: list[int]) -> dict:
-    """The state dict with only the layers in ``keep``, renumbered 0.. in that order (the rest of the drafter, fc,
-    norms and the rest, as it is)."""
+    """The state dict with only the layers in ``keep``, renumbered 0.. in that order; everything outside the layers
+    (fc, the norms) as it is."""
     out = {k: v for k, v in sd.items() if not k.startswith("layers.")}
     for new, old in enumerate(keep):
         prefix = f"layers.{old}."
