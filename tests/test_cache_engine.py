@@ -33,8 +33,11 @@ def test_slot_file_save_restore_and_refusals(qwen, tiny, tmp_path):
     assert eng.generate(p, max_tokens=16, ignore_eos=True).tokens == base
     seq = next(i for i, r in enumerate(eng.prompt_cache.resident) if r is not None)
     path = slotfile.safe_path(tmp_path, "p.slot")
+    kept = len(eng.prompt_cache.resident[seq].tokens)
     saved = eng.save_slot(seq, path)
-    assert saved["n_saved"] == 120 + 15
+    # the prompt and the generated tokens the KV holds: the 16th too where the last step accepted it as a draft (a
+    # copied chain: this tiny pair loops), not where it was the bonus (the next anchor, never through the target)
+    assert kept in (120 + 15, 120 + 16) and saved["n_saved"] == kept
     other = 1 - seq
     eng.restore_slot(other, path)
     eng.prompt_cache.resident[seq] = None  # forget the original: the next request must use the restored slot
