@@ -61,7 +61,11 @@
 # What a whole issue-13 run costs (2026-12-02, docs/gpu_2026-12-02-g, 1,800 s in all): setup ~60 s; `hooks` 362 s
 # (it waits for the build); `http` with py-plain,py-synth8,native-bs,py-random,py-dflash at 1,4,8,16 x 5 rounds
 # 307 s; native-plain,native-dflash,native-synth4,native-synth8 x 3 rounds 523 s; native-synth1 alone 437 s. A
-# session that also trains has room for the first `http` call only.
+# session that also trains has room for the first `http` call only. A training session (2026-12-02,
+# docs/gpu_2026-12-02-h): setup ~110 s, `trainbg 780 3` (841 s with the load and checks) with two `suite` calls beside
+# it (the GPU shared: taus do not depend on speed), `suite2` with SUITE2_LOOKUP="on off" 42 s, one `http` at 1 and 8
+# clients x 5 rounds 141 s: 1,160 s in all; a second batch on a fresh machine then pays setup and the build again
+# (~360 s before its first `http` result).
 set -euo pipefail
 # Other work in progress in the local tree travels with every call; .device-bench/head.tgz (carried, made just
 # before a call with `git archive HEAD pydflash scripts tests`) puts the committed files back, so the GPU runs HEAD.
