@@ -42,7 +42,7 @@ def test_history_extends_as_tokens_commit():
 
 
 def test_choose_takes_the_copy_when_it_agrees_with_the_first_draft_or_runs_long():
-    short = History([1, 2, 3, 4, 5, 1, 2, 3])  # a 3-token match (the 9 breaks it): copy 4 5 ...
+    short = History([1, 2, 3, 4, 5, 1, 2, 3])  # a 3-token match (the history starts there): copy 4 5 1
     assert choose([4, 9, 9], short, 3) == ([4, 5, 1], True)
     assert choose([6, 9, 9], short, 3) == ([6, 9, 9], False)  # disagrees at once, match short: the drafter's
     text = list(range(50, 50 + LONG_MATCH))
@@ -78,8 +78,8 @@ def test_copied_chains_keep_the_targets_greedy_text(tiny):
 
 @pytest.mark.real_model
 def test_gemma_copies_a_passage_it_saw_once(gemma_path):
-    """Issue 14's "passage copied once" and a looping sentence on the shipped pair: the target copies, version 4's
-    drafter alone does not (tau ~1.8 on the passage), copied chains do; the text stays plain greedy's."""
+    """Issue 14's "passage copied once" and a looping sentence on the shipped pair: the target copies, the drafter
+    alone does not (tau ~2 on the passage, versions 4 and 5), copied chains do; the text stays plain greedy's."""
     from pydflash.defaults import SHIPPED_DRAFTER
     from pydflash.train.eval_suite import REPETITION
 
