@@ -8,7 +8,7 @@ import pytest
 from oracle import Oracle
 from pydflash import api
 from pydflash.config import EngineConfig
-from pydflash.engine.lookup import LONG_MATCH, NGRAM, History, choose, drafter_accepted
+from pydflash.engine.lookup import LONG_MATCH, NGRAM, Edge, History, choose, would_accept
 from pydflash.engine.request import Request
 
 
@@ -43,14 +43,27 @@ def test_history_extends_as_tokens_commit():
 
 def test_choose_takes_the_copy_when_it_agrees_with_the_first_draft_or_runs_long():
     short = History([1, 2, 3, 4, 5, 1, 2, 3])  # a 3-token match (the history starts there): copy 4 5 1
-    assert choose([4, 9, 9], short, 3) == ([4, 5, 1], True)
-    assert choose([6, 9, 9], short, 3) == ([6, 9, 9], False)  # disagrees at once, match short: the drafter's
+    assert choose([4, 9, 9], short, 3, Edge()) == ([4, 5, 1], [4, 9, 9], True)
+    assert choose([6, 9, 9], short, 3, Edge()) == ([6, 9, 9], None, False)  # disagrees, match short: no candidate
     text = list(range(50, 50 + LONG_MATCH))
     long = History(text + [7, 6] + text)
-    assert choose([0, 0], long, 2) == ([7, 6], True)  # against the drafter: the match runs LONG_MATCH tokens
+    assert choose([0, 0], long, 2, Edge()) == ([7, 6], [0, 0], True)  # against the drafter: the match runs long
     shorter = History(text + [7, 6] + text[1:])
-    assert choose([0, 0], shorter, 2) == ([0, 0], False)  # one token short of it
-    assert choose([0, 0], History([1, 2, 3]), 2) == ([0, 0], False)  # nothing to copy
+    assert choose([0, 0], shorter, 2, Edge()) == ([0, 0], None, False)  # one token short of it
+    assert choose([0, 0], History([1, 2, 3]), 2, Edge()) == ([0, 0], None, False)  # nothing to copy
+
+
+def test_a_slot_whose_copies_earn_less_verifies_its_blocks():
+    """JSON records, CSV rows: a 3-token match that agrees with the first draft copies the previous record, where the
+    drafter knew the next one. The edge turns negative and the block goes in, the copy still scored; it comes back
+    once copies earn more again."""
+    edge, short = Edge(), History([1, 2, 3, 4, 5, 1, 2, 3])
+    edge.observe(m_copy=1, m_block=6)
+    assert edge.value < 0
+    assert choose([4, 9, 9], short, 3, edge) == ([4, 9, 9], [4, 5, 1], False)
+    for _ in range(3):
+        edge.observe(m_copy=9, m_block=1)
+    assert choose([4, 9, 9], short, 3, edge) == ([4, 5, 1], [4, 9, 9], True)
 
 
 REPEATS = "the cat sat on the mat. the cat sat on the mat. the cat sat on the mat. the cat"
@@ -104,14 +117,14 @@ def test_rejection_sampling_requests_get_no_copies(tiny):
     assert res.stats.n_lookup_steps == 0 and res.stats.n_drafted > 0
 
 
-def test_drafter_accepted_counts_the_drafters_own_block():
+def test_would_accept_scores_the_unverified_chain():
     chain, picks = [5, 6, 7, 8], [5, 6, 7, 9, 4]  # the copy: 3 accepted, the target picked 9 after 5 6 7
-    assert drafter_accepted([5, 6, 7, 8], chain, picks, 3) == 3  # the same chain
-    assert drafter_accepted([5, 1, 1, 1], chain, picks, 3) == 1  # parts from the copy at 1: the target took 6
-    assert drafter_accepted([5, 6, 7, 9], chain, picks, 3) == 4  # holds the bonus too (at least 4)
-    assert drafter_accepted([1, 1, 1, 1], chain, picks, 3) == 0
-    assert drafter_accepted([3, 3, 3, 3], chain, [4, 0, 0, 0, 0], 0) == 0  # copy rejected at once, block too
-    assert drafter_accepted([4, 3, 3, 3], chain, [4, 0, 0, 0, 0], 0) == 1  # the block had the target's pick
+    assert would_accept([5, 6, 7, 8], chain, picks, 3) == 3  # the same chain
+    assert would_accept([5, 1, 1, 1], chain, picks, 3) == 1  # parts from the copy at 1: the target took 6
+    assert would_accept([5, 6, 7, 9], chain, picks, 3) == 4  # holds the bonus too (at least 4)
+    assert would_accept([1, 1, 1, 1], chain, picks, 3) == 0
+    assert would_accept([3, 3, 3, 3], chain, [4, 0, 0, 0, 0], 0) == 0  # copy rejected at once, block too
+    assert would_accept([4, 3, 3, 3], chain, [4, 0, 0, 0, 0], 0) == 1  # the block had the target's pick
 
 
 def test_adaptive_drafting_learns_from_the_drafter_not_the_copies(tiny, monkeypatch):
@@ -127,9 +140,9 @@ def test_adaptive_drafting_learns_from_the_drafter_not_the_copies(tiny, monkeypa
         greedy = plain.generate(toks, max_tokens=200, ignore_eos=True).tokens
     truth = toks + greedy
 
-    def copy_truth(drafts, history, k):
+    def copy_truth(drafts, history, k, edge):
         at = len(history.tokens)
-        return truth[at:at + k], True
+        return truth[at:at + k], drafts, True
 
     monkeypatch.setattr(engine_mod.lookup, "choose", copy_truth)
     with api.load(p.target, p.drafter, config=EngineConfig(n_ctx_slot=512, adaptive=True)) as llm:

@@ -197,7 +197,7 @@ class Engine:
         chunks = self._prefill_chunks(plan, prefilling)
         self._extract_features_if_needed(plan, chunks, features)
         drafts = self._propose(plan, prefilling)                                             # propose
-        blocks = self._copy_where_better(plan, drafts)                                       # (or copy)
+        others = self._copy_where_better(plan, drafts)                                       # (or copy)
         self._settle_features(active)
         self._before_verify()
         verdicts = self.verifier.verify([(s, drafts.get(s.seq, [])) for s in running], chunks,  # verify (+ prefill)
@@ -205,7 +205,7 @@ class Engine:
         for slot, chunk in chunks:
             self._prefilled(slot, len(chunk), *verdicts[slot.seq])
         t_commit = time.perf_counter()
-        events = [self._commit(s, drafts.get(s.seq, []), *verdicts[s.seq], blocks.get(s.seq))  # accept + commit
+        events = [self._commit(s, drafts.get(s.seq, []), *verdicts[s.seq], others.get(s.seq))  # accept + commit
                   for s in running]
         self._account(plan, prefilling, clock, time.perf_counter() - t_commit)
         return events
@@ -222,17 +222,19 @@ class Engine:
             return {}
         return self.drafter.propose(plan + [(s, 0) for s in prefilling], during=self.target_ctx.flush_rollbacks)
 
-    def _copy_where_better(self, plan: list[tuple[Slot, int]], drafts: dict[int, list[int]]) -> dict[int, list[int]]:
+    def _copy_where_better(self, plan: list[tuple[Slot, int]],
+                           drafts: dict[int, list[int]]) -> dict[int, tuple[list[int], bool]]:
         """Swap a drafting slot's block for a continuation copied from its own text where lookup.choose prefers it
-        (the drafter does not copy text seen once); returns the drafter's blocks of the slots that verify a copy."""
-        blocks = {}
+        (the drafter does not copy text seen once). Returns, for each slot that had a candidate copy, the chain not
+        verified and whether the verified one is the copy."""
+        others = {}
         for slot, k in plan:
             if k and slot.history is not None:
-                block = drafts.get(slot.seq, [])
-                drafts[slot.seq], is_copy = lookup.choose(block, slot.history, k)
-                if is_copy:
-                    blocks[slot.seq] = block
-        return blocks
+                drafts[slot.seq], other, is_copy = lookup.choose(drafts.get(slot.seq, []), slot.history, k,
+                                                                 slot.copy_edge)
+                if other is not None:
+                    others[slot.seq] = (other, is_copy)
+        return others
 
     def _settle_features(self, active: list[Slot]) -> None:
         """Feature rows a slot keeps pending past this step (it did not inject them) are still in the target's
@@ -318,15 +320,20 @@ class Engine:
         slot.restart_features(pos)
 
     def _commit(self, slot: Slot, drafts: list[int], picks: list[int], rows, pos0: int,
-                block: Optional[list[int]] = None) -> Event:
-        """block: the drafter's own drafts where a copied chain was verified instead (lookup.py), else None."""
+                other: Optional[tuple[list[int], bool]] = None) -> Event:
+        """other: where the slot had a candidate copy (lookup.py), the chain not verified and whether the verified
+        one was the copy."""
         k = len(drafts)
         m, committed = self._accept(slot, drafts, picks)
         m_drafter = m  # what the drafter's block earned: adaptive drafting sizes blocks by it
-        if block is not None:
-            slot.stats.n_lookup_steps += 1
-            slot.stats.n_lookup_accepted += m
-            m_drafter = lookup.drafter_accepted(block, drafts, picks, m)
+        if other is not None:  # score the unverified chain on the target's picks
+            chain, copied = other
+            m_other = lookup.would_accept(chain, drafts, picks, m)
+            m_drafter = m_other if copied else m
+            slot.copy_edge.observe(m if copied else m_other, m_drafter)
+            if copied:
+                slot.stats.n_lookup_steps += 1
+                slot.stats.n_lookup_accepted += m
         self.target_ctx.accept(slot.seq, committed)
         if m < k:  # rollback: the target wrote [pos0, pos0 + k]; keep up to the last accepted draft (made during
             self.target_ctx.seq_rm_later(slot.seq, pos0 + m + 1)  # the next drafter forward, or before any KV use)
