@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Sequence
 
 NGRAM = 3  # tokens of the history's end to look up: 2 matches too often by chance, 4+ misses short repeats
-LONG_MATCH = 8  # a match this long says the text is being copied: the copy goes in even against the drafter
+LONG_MATCH = 8  # a match this long says the text is being copied: a candidate even against the first draft
 
 
 class History:
