@@ -329,8 +329,8 @@ class Engine:
         if other is not None:  # score the unverified chain on the target's picks
             chain, copied = other
             m_other = lookup.would_accept(chain, drafts, picks, m)
-            m_drafter = m_other if copied else m
-            slot.copy_edge.observe(m if copied else m_other, m_drafter)
+            m_copy, m_drafter = (m, m_other) if copied else (m_other, m)
+            slot.copy_edge.observe(m_copy, m_drafter)
             if copied:
                 slot.stats.n_lookup_steps += 1
                 slot.stats.n_lookup_accepted += m

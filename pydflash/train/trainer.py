@@ -155,7 +155,7 @@ def load_init(path: str, layers: int, device, keep: list[int] | None = None) -> 
     if keep:
         if layers and layers != len(keep):
             raise ValueError(f"--layers {layers} differs from --keep-layers' {len(keep)} layers")
-        if sorted(set(keep)) != sorted(keep) or not all(0 <= i < cfg.num_hidden_layers for i in keep):
+        if len(set(keep)) != len(keep) or not all(0 <= i < cfg.num_hidden_layers for i in keep):
             raise ValueError(f"--keep-layers {keep}: distinct layers of the initial drafter's "
                              f"0..{cfg.num_hidden_layers - 1}")
         sd = keep_only(sd, keep)
