@@ -37,7 +37,7 @@ def engines(target, drafter, cfg: EngineConfig) -> dict:
         if mode == "features on":
             eng = llm.engine
             keep = eng._extract_features_if_needed
-            eng._extract_features_if_needed = lambda plan, chunks, _features, keep=keep: keep(plan, chunks, True)
+            eng._extract_features_if_needed = lambda plan, chunks, _features, n, keep=keep: keep(plan, chunks, True, n)
         out[mode] = llm
     return out
 

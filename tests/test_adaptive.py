@@ -690,3 +690,40 @@ def test_an_idle_engine_probes_each_new_request(tiny):
         pol.pause, pol.backoff = 10_000, 512
         res = llm.generate(toks, max_tokens=40, ignore_eos=True)
     assert res.stats.n_draft_steps >= 1 and pol.pause < 10_000
+
+
+def test_a_burst_keeps_the_pause_of_its_load():
+    """Requests arriving together in an idle engine end a pause only where drafting for that many slots has not
+    kept failing: at 8 clients on the H200 each round's burst went through with features, and a probe of all eight
+    followed, for a drafter paused through 99 % of its 8-slot steps."""
+    policy = adaptive.DraftPolicy()
+    policy.costs, policy.calibrated = calibrated(GPU, 1), 2
+    slot = adaptive.SlotPolicy()
+    for _ in range(8):  # first drafts accepted: not a useless drafter
+        policy.observe(slot, 4, 3)
+    policy.plan([(slot, 15)] * 8)  # the 8-slot count is known...
+    policy.backoff = 1024  # ...and its probes have kept failing
+    policy.plan([(slot, 15)])  # back at 1 slot, where drafting pays
+    policy.backoff, policy.pause = adaptive.MIN_BACKOFF, 300
+    assert policy.expects_drafting(1) and not policy.expects_drafting(8)
+    policy.alone(8)
+    assert policy.pause == 300 and not policy.expects_drafting(8)
+    policy.alone(1)
+    assert policy.pause == 2 and policy.expects_drafting(8)  # the probe is near: features again
+
+
+@pytest.mark.parametrize("eight_slot_backoff,features", [(1024, False), (adaptive.MIN_BACKOFF, True)])
+def test_a_burst_prefills_with_features_only_where_its_load_drafts(tiny, eight_slot_backoff, features):
+    p = tiny("llama")
+    cfg = EngineConfig(n_slots=4, n_ctx_slot=256, adaptive=True, synth_len=4.0)
+    with api.load(p.target, p.drafter, config=cfg, cache=CacheConfig(reuse=False, ram_mib=0)) as llm:
+        toks = llm.tokenize("hello world, this is a prompt")
+        llm.generate(toks, max_tokens=40, ignore_eos=True)  # calibration and the engine's evidence at 1 slot
+        eng, pol = llm.engine, llm.engine.drafting
+        pol._backoffs[4] = eight_slot_backoff
+        pol.pause, pol.backoff = 10_000, adaptive.MIN_BACKOFF
+        seen = []
+        prefilled = eng._prefilled
+        eng._prefilled = lambda slot, n, *rest: (seen.append(eng.target_ctx.features_on), prefilled(slot, n, *rest))
+        llm.generate_many([api.Request(toks + [7 + i], max_tokens=8, ignore_eos=True) for i in range(4)])
+    assert seen and set(seen) == {features}, seen

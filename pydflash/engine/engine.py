@@ -195,7 +195,7 @@ class Engine:
         prefilling = sorted((s for s in active if not s.prefilled), key=lambda s: s.admitted)
         plan, features = self._schedule(running)                                            # schedule
         chunks = self._prefill_chunks(plan, prefilling)
-        self._extract_features_if_needed(plan, chunks, features)
+        self._extract_features_if_needed(plan, chunks, features, len(active))
         drafts = self._propose(plan, prefilling)                                             # propose
         others = self._copy_where_better(plan, drafts)                                       # (or copy)
         self._settle_features(active)
@@ -292,13 +292,15 @@ class Engine:
             s.keeps_features = kept
         return list(zip(running, plan.drafts)), plan.features
 
-    def _extract_features_if_needed(self, plan: list[tuple[Slot, int]], chunks: list, features: bool) -> None:
+    def _extract_features_if_needed(self, plan: list[tuple[Slot, int]], chunks: list, features: bool,
+                                    n_active: int) -> None:
         """Target features are needed this step if the schedule says so (drafting, or a probe is near), or a prompt
-        chunk goes through while new slots are likely to draft; a slot left without them records a gap, and its
-        drafter context restarts where they resume (``_keep_features``)."""
+        chunk goes through while new slots are likely to draft at the engine's load (n_active slots, prefilling
+        ones included); a slot left without them records a gap, and its drafter context restarts where they
+        resume (``_keep_features``)."""
         if self.drafter is None:
             return
-        need = features or (bool(chunks) and (not self.config.adaptive or self.drafting.expects_drafting()))
+        need = features or (bool(chunks) and (not self.config.adaptive or self.drafting.expects_drafting(n_active)))
         self.target_ctx.set_features(need)
         for slot, k in plan:
             if k > 0 and slot.feature_gap:  # drafting before any feature resumed (rare): start from no context
@@ -511,7 +513,8 @@ class Engine:
     # --- slots ----------------------------------------------------------------------------------------
     def _admit(self) -> None:
         if self.queue and self.config.adaptive and self.drafter is not None and not any(self.slots):
-            self.drafting.alone()  # a new text in an idle engine: its own evidence, not the last text's pause
+            # new texts in an idle engine: their own evidence, not the last texts' pause
+            self.drafting.alone(min(len(self.queue), len(self.slots)))
         while self.queue and None in self.slots:
             req, tokens = self.queue.popleft()
             # the free slot whose kept sequence shares the longest prefix with this prompt
