@@ -712,15 +712,15 @@ def test_a_burst_keeps_the_pause_of_its_load():
     assert policy.pause == 2 and policy.expects_drafting(8)  # the probe is near: features again
 
 
-@pytest.mark.parametrize("eight_slot_backoff,features", [(1024, False), (adaptive.MIN_BACKOFF, True)])
-def test_a_burst_prefills_with_features_only_where_its_load_drafts(tiny, eight_slot_backoff, features):
+@pytest.mark.parametrize("burst_backoff,features", [(1024, False), (adaptive.MIN_BACKOFF, True)])
+def test_a_burst_prefills_with_features_only_where_its_load_drafts(tiny, burst_backoff, features):
     p = tiny("llama")
     cfg = EngineConfig(n_slots=4, n_ctx_slot=256, adaptive=True, synth_len=4.0)
     with api.load(p.target, p.drafter, config=cfg, cache=CacheConfig(reuse=False, ram_mib=0)) as llm:
         toks = llm.tokenize("hello world, this is a prompt")
         llm.generate(toks, max_tokens=40, ignore_eos=True)  # calibration and the engine's evidence at 1 slot
         eng, pol = llm.engine, llm.engine.drafting
-        pol._backoffs[4] = eight_slot_backoff
+        pol._backoffs[4] = burst_backoff  # at the 4 slots the burst fills
         pol.pause, pol.backoff = 10_000, adaptive.MIN_BACKOFF
         seen = []
         prefilled = eng._prefilled
