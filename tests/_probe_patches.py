@@ -6,6 +6,8 @@ callback under PYDFLASH_VERBOSE) and prints markers between phases, so the test 
     python _probe_patches.py decode MODEL    one plain decode step of 8 sequences, one output each, greedy chains
     python _probe_patches.py span12 MODEL OUT.npy  on the GPU: a 12-token span of one sequence, every row's logits saved
     python _probe_patches.py alternate MODEL  on the GPU: one-token and five-token steps of one sequence, alternating
+    python _probe_patches.py logs MODEL      feature toggles (a debug line each) around one-token steps; prints the
+                                             lines llama.cpp's logger passed to our callback, by level, as JSON
 """
 
 import sys
@@ -24,6 +26,9 @@ def main(what: str, path: str) -> None:
         return
     if what == "alternate":
         alternate(path)
+        return
+    if what == "logs":
+        logs(path)
         return
     model = Model(path)
     tokens = [(i * 13 + 5) % (model.n_vocab - 16) + 8 for i in range(24)]
@@ -123,6 +128,27 @@ def alternate(path: str) -> None:
         ctx.seq_rm(0, n0)
     sys.stderr.write("@@ done\n")
     print(picks)
+    ctx.close()
+    model.close()
+
+
+def logs(path: str) -> None:
+    """What reaches the Python log callback from a run that logs debug lines: each feature toggle logs one
+    (llama_context::set_embeddings_layer_inp), as ggml-cuda logs one at each CUDA graph replay."""
+    import json
+
+    from pydflash.native import _lib
+
+    model = Model(path)
+    ctx = Context(model, ContextParams(n_ctx=64, n_batch=16, n_ubatch=16, feature_layers=(1,)))
+    b = TokenBatch(16)
+    before = dict(_lib.log_lines)
+    for i in range(8):
+        ctx.set_features(i % 2 == 1)
+        b.clear()
+        b.add([5 + i], i, 0, True)
+        ctx.decode(b)
+    print(json.dumps({str(k): v - before.get(k, 0) for k, v in _lib.log_lines.items()}))
     ctx.close()
     model.close()
 

@@ -1,7 +1,7 @@
 """patches/0003 and 0005 (one argmax over all greedy rows of a batch), patches/0004 (feature extraction toggled
 without a reserve), patches/0006 (9..16-column products as MMVQ passes on Hopper: runs only on such a GPU),
-patches/0007 (a CUDA graph per graph shape: runs only on a CUDA GPU) and patches/0009 (a rollback walks its own
-sequence's cells).
+patches/0007 (a CUDA graph per graph shape: runs only on a CUDA GPU), patches/0009 (a rollback walks its own
+sequence's cells) and patches/0010 (debug lines stop in C unless PYDFLASH_VERBOSE).
 
 All are about cost, so the tests read what llama.cpp did from its own debug log where it logs it (GGML_SCHED_DEBUG=2
 lists every graph node; a scheduler reserve logs "reserving"), in a subprocess, and check the results stay exact.
@@ -23,9 +23,10 @@ from pydflash.native import Context, ContextParams, Model, TokenBatch
 PROBE = os.path.join(os.path.dirname(__file__), "_probe_patches.py")
 
 
-def run_probe(*args, **env_extra):
-    env = {k: v for k, v in os.environ.items() if k not in ("PYDFLASH_PER_ROW_GREEDY", "GGML_SCHED_DEBUG")}
-    env.update(PYDFLASH_VERBOSE="1", **env_extra)
+def run_probe(*args, verbose: bool = True, **env_extra):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYDFLASH_PER_ROW_GREEDY", "GGML_SCHED_DEBUG", "PYDFLASH_VERBOSE", "GGML_LOG_SKIP_DEBUG")}
+    env.update(PYDFLASH_VERBOSE="1" if verbose else "", **env_extra)
     out = subprocess.run([sys.executable, PROBE, *map(str, args)], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     phases, cur = {"": []}, ""  # "": what llama.cpp logged before the first marker (model load, devices)
@@ -216,3 +217,17 @@ def test_rollback_cost_follows_the_sequence_not_the_cache(tiny):
     small, large = _rollback_us(model, 1024), _rollback_us(model, 262144)
     assert large < 4 * max(small, 1.0), (small, large)
 
+
+
+def test_debug_lines_stop_before_the_python_callback(tiny):
+    """patches/0010: without PYDFLASH_VERBOSE no debug line reaches the Python log callback. Some are logged on every
+    step (ggml-cuda logs one at each CUDA graph replay), and a callback into Python takes the GIL inside the forward,
+    where a server's other threads may hold it. Each feature toggle logs one; with PYDFLASH_VERBOSE they come through
+    (upstream passes them always)."""
+    import json
+
+    debug = "1"  # GGML_LOG_LEVEL_DEBUG
+    quiet, _ = run_probe("logs", tiny("llama").target, verbose=False)
+    loud, _ = run_probe("logs", tiny("llama").target, verbose=True)
+    assert json.loads(quiet).get(debug, 0) == 0, quiet
+    assert json.loads(loud).get(debug, 0) >= 8, loud

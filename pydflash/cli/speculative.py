@@ -233,7 +233,10 @@ def main(argv=None) -> int:
     try:
         args = parse_args(argv)
         if args.verbose:
-            os.environ["PYDFLASH_VERBOSE"] = "1"
+            os.environ["PYDFLASH_VERBOSE"] = "1"  # read by _lib at its import, if that is still to come
+            from ..native._lib import set_verbose
+
+            set_verbose(True)
         from ..errors import ContextOverflow, PydflashError
 
         try:

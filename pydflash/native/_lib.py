@@ -32,6 +32,22 @@ if not (LIB_DIR / "libllama.so").exists():
         f"libllama.so not found in {LIB_DIR}; run `make setup` (or set PYDFLASH_LIB_DIR to a patched build)"
     )
 os.environ["LLAMA_CPP_LIB_PATH"] = str(LIB_DIR)
+
+
+def set_verbose(on: bool) -> None:
+    """Print llama.cpp's whole log from now on (PYDFLASH_VERBOSE), or only keep its errors for our messages.
+
+    patches/0010: unless verbose, llama.cpp's debug lines stop in C (GGML_LOG_SKIP_DEBUG, read at each such line).
+    Some come on every step (each replay of a CUDA graph logs one), and a line that reaches _log_py takes the GIL
+    inside the forward, where a server's other threads may hold it."""
+    os.environ["PYDFLASH_VERBOSE"] = "1" if on else ""
+    os.environ["GGML_LOG_SKIP_DEBUG"] = "0" if on else "1"
+
+
+if os.environ.get("PYDFLASH_VERBOSE"):
+    set_verbose(True)
+else:  # GGML_LOG_SKIP_DEBUG=0 passes the lines without printing them (scripts/device/remote.sh split)
+    os.environ.setdefault("GGML_LOG_SKIP_DEBUG", "1")
 # libllama's RUNPATH names the build tree it was linked in; loading its ggml dependencies from LIB_DIR first
 # makes the installed copy independent of that tree (the loader reuses an object already loaded under the same
 # soname). RTLD_LOCAL: exporting them globally let symbols interpose across backends and crashed CUDA builds.
@@ -46,6 +62,7 @@ import llama_cpp.llama_cpp as C  # noqa: E402  (must follow the environment setu
 GGML_LOG_LEVEL_ERROR = 4  # ggml.h: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5
 GGML_LOG_LEVEL_CONT = 5
 _last_level = 0
+log_lines = collections.Counter()  # lines llama.cpp's logger passed to _log_py, by level (patches/0010's test)
 # llama.cpp's recent error lines: folded into our exceptions (one line for the user) instead of printed.
 recent_errors: "collections.deque[str]" = collections.deque(maxlen=8)
 interrupted = False  # a KeyboardInterrupt that ended inside the log callback (_keep_interrupts)
@@ -54,6 +71,7 @@ interrupted = False  # a KeyboardInterrupt that ended inside the log callback (_
 def _log_py(level, text, _user):
     """llama.cpp logs every tensor at load: keep its errors for our messages; print all only if PYDFLASH_VERBOSE."""
     global _last_level
+    log_lines[level] += 1
     if level != GGML_LOG_LEVEL_CONT:
         _last_level = level
     msg = text.decode("utf-8", "replace")
