@@ -57,7 +57,8 @@ CPU_BIG_TARGET = Machine({1: 10e-3, 16: 70e-3, 64: 250e-3}, {2: 3e-3, 16: 4e-3, 
 
 def simulate(machine: Machine, p_accept: list[float], steps: int, seed: int = 0, draft_max: int = 15,
              warm_up: bool = False, stall=None, drop_first: bool = True, warm_up_steps: int = 1,
-             warm_up_factor: float = 100.0, switch_factor: float = 1.0, engine_gate: bool = False, spike=None):
+             warm_up_factor: float = 100.0, switch_factor: float = 1.0, engine_gate: bool = False, spike=None,
+             fast_path: bool = False):
     """Run the policy closed-loop on n = len(p_accept) slots whose drafts are each accepted with conditional
     probability p. Yields (step, policy, plan, accepted per slot, step seconds) after each step is observed.
 
@@ -67,7 +68,8 @@ def simulate(machine: Machine, p_accept: list[float], steps: int, seed: int = 0,
     this many times more, seen and yielded (ggml-cuda replays a captured CUDA graph only for the shape it last ran:
     a probe after plain steps ran without one). engine_gate: observe costs as the engine does: only when
     DraftPolicy.samples_costs says so, a probe's as upper bounds on a GPU (Engine._observe_costs, _teach_costs).
-    spike(plan): a factor on a step's cost, seen and yielded (costs that recur in some steps only)."""
+    spike(plan): a factor on a step's cost, seen and yielded (costs that recur in some steps only). fast_path: ask
+    DraftPolicy.paused_step first, as the engine does, and plan only where it declines."""
     rng = random.Random(seed)
     policy = adaptive.DraftPolicy(StepCosts(drop_first=drop_first))  # drop_first: a GPU engine's
     slots = [adaptive.SlotPolicy() for _ in p_accept]
@@ -75,7 +77,10 @@ def simulate(machine: Machine, p_accept: list[float], steps: int, seed: int = 0,
     shapes = {}  # (features, verify tokens, block tokens) -> steps seen
     last = None  # the previous step's (verify tokens, block tokens)
     for i in range(steps):
-        plan = policy.plan([(s, draft_max) for s in slots])
+        if fast_path and policy.paused_step(n):
+            plan = adaptive.Plan([0] * n, False)
+        else:
+            plan = policy.plan([(s, draft_max) for s in slots])
         t_verify, t_draft = machine.step(plan.drafts, plan.features)
         shape = (plan.features, n + sum(plan.drafts), sum(k + 1 for k in plan.drafts if k))
         shapes[shape] = shapes.get(shape, 0) + 1
@@ -374,6 +379,18 @@ def test_useless_drafter_steady_state_costs_few_steps():
             feats += plan.features
             drafting += any(plan.drafts)
         assert drafting <= 4 and feats <= 4 * (adaptive.SHORT_LEAD + 1), (n, drafting, feats)
+
+
+@pytest.mark.parametrize("p, pauses", [(0.0, True), (0.3, True), (0.9, False)])
+def test_the_paused_fast_path_plans_what_plan_does(p, pauses):
+    """The engine skips ``plan`` for a pause's featureless plain steps (``paused_step``): every step must come out
+    as plan would have made it, pauses, lead-ins and probes alike, for drafters that pause often or seldom."""
+    def trace(fast):
+        return [(tuple(plan.drafts), plan.features, plan.keep, policy.pause, policy.backoff)
+                for _, policy, plan, _, _ in simulate(GPU, [p] * 3, 3000, engine_gate=True, fast_path=fast)]
+    fast, slow = trace(True), trace(False)
+    assert fast == slow
+    assert (sum(not any(d) and not f for d, f, *_ in fast) > 100) == pauses  # where pauses came, the path was taken
 
 
 def test_dear_probes_lengthen_pauses_past_max_backoff():

@@ -255,6 +255,17 @@ class DraftPolicy:
         self._last, self._age = (key, ks, self._predicted), 1
         return Plan(list(ks), True)
 
+    def paused_step(self, n: int) -> bool:
+        """Whether the step about to be planned for n running slots (some of which may draft) is a plain step of a
+        pause outside its lead-in: then it is counted here and there is nothing to plan (no drafts, no features).
+        What ``plan`` decides for such a step, without building a Plan: most steps of a paused engine are these,
+        and a useless drafter's whole budget against plain decoding is 3 %."""
+        if n != self._n or self.pause <= self._lead + 1:
+            return False
+        self.pause -= 1
+        self._probe_step, self._predicted = False, None
+        return True
+
     def _paused(self, slots: list[tuple[SlotPolicy, int]], zeros: list[int]) -> Plan:
         """A plain step of a pause: features only in the lead-in to its probe, and only for the probing slots."""
         if self.pause > self._lead:

@@ -287,6 +287,10 @@ class Engine:
             return [(s, 0) for s in running], False
         if not self.config.adaptive:
             return [(s, s.draft_max) for s in running], True
+        if any(s.draft_max for s in running) and self.drafting.paused_step(len(running)):
+            for s in running:  # what a plan without ``keep`` says
+                s.keeps_features = True
+            return [(s, 0) for s in running], False
         plan = self.drafting.plan([(s.policy, s.draft_max) for s in running])
         for s, kept in zip(running, plan.keep or itertools.repeat(True)):
             s.keeps_features = kept
