@@ -11,7 +11,11 @@ Answers "where does a step's time go" without the engine around it:
   - a plain step on target contexts made as pydflash's plain engine makes them (no feature layers; also with outputs
     sized for one token per sequence): what a drafter-capable target costs a step where nobody drafts.
 
-Every figure is the median over --reps of one decode including its synchronisation, in milliseconds.
+Every figure is the median over --reps of one decode including its synchronisation, in milliseconds. For the pieces
+a serving step is made of, ``<key>_launch`` is the median time until the last llama_decode returned (the host's part:
+graph build or reuse, inputs, kernel launches; the device runs asynchronously from there) and ``<key>_wait`` what was
+left for the device (its work past the launches, the outputs' copy). A piece whose wait is small is host-bound: a
+faster kernel would not shorten it.
 
     .venv/bin/python scripts/step_costs.py [--ngl -1] [--reps 30] [--out docs/step_costs_gpu.json]
 """
@@ -37,14 +41,36 @@ from pydflash.pair import load_pair
 PROMPT = "The quick brown fox jumps over the lazy dog while the cat sleeps in the warm afternoon sun. " * 3
 
 
-def timed(fn, reps):
+LAUNCHED: list[float] = []  # perf_counter when each decode's llama_decode returned (its ``during`` hook)
+
+
+def launched() -> None:
+    LAUNCHED.append(time.perf_counter())
+
+
+CONTEXTS: list = []  # the contexts whose graph reuses are counted (main fills it)
+
+
+def timed(fn, reps, split: dict | None = None, key: str = ""):
+    """Median ms of fn; with ``split``, also its host part (start to the last llama_decode's return) and the wait
+    after it, as split[key + "_launch"] / split[key + "_wait"], and how many of its forwards a rep reused the graph
+    of the one before (split[key + "_reused"]: a forward that does not builds and allocates its graph again)."""
     fn()  # warm-up: graph allocation for this shape
-    out = []
+    reused0 = sum(c.graphs_reused for c in CONTEXTS)
+    out, host = [], []
     for _ in range(reps):
+        LAUNCHED.clear()
         t = time.perf_counter()
         fn()
         out.append((time.perf_counter() - t) * 1e3)
-    return round(statistics.median(out), 3)
+        if LAUNCHED:
+            host.append((LAUNCHED[-1] - t) * 1e3)
+    total = round(statistics.median(out), 3)
+    if split is not None and host:
+        split[f"{key}_reused"] = round((sum(c.graphs_reused for c in CONTEXTS) - reused0) / reps, 2)
+        split[f"{key}_launch"] = round(statistics.median(host), 3)
+        split[f"{key}_wait"] = round(statistics.median(o - h for o, h in zip(out, host)), 3)
+    return total
 
 
 def main(argv=None):
@@ -68,6 +94,7 @@ def main(argv=None):
     dctx = Context(pair.drafter, ContextParams(
         n_ctx=n_seq * 1024, n_batch=512, n_ubatch=512, n_seq_max=n_seq, n_outputs_max=n_seq * block,
         n_outputs_max_per_seq=block, n_threads=args.threads), ctx_other=tctx, causal=False)
+    CONTEXTS[:] = [tctx, dctx]
     b = TokenBatch(512)
     prompt = pair.target.tokenize(PROMPT)
     n0 = len(prompt)
@@ -78,7 +105,10 @@ def main(argv=None):
         b.add(prompt, 0, s, False)
         tctx.decode(b)
         dctx.inject(tctx.features(n0), np.arange(n0, dtype=np.int32), np.full(n0, s, dtype=np.int32))
-    res = {"env_per_row_greedy": bool(os.environ.get("PYDFLASH_PER_ROW_GREEDY")), "ngl": args.ngl}
+    res = {"env_per_row_greedy": bool(os.environ.get("PYDFLASH_PER_ROW_GREEDY")), "ngl": args.ngl,
+           # llama.cpp's switches that change the host's part (a variant run sets them)
+           "env": {k: os.environ[k] for k in ("LLAMA_GRAPH_REUSE_DISABLE", "GGML_CUDA_DISABLE_GRAPHS")
+                   if k in os.environ}}
 
     def set_features(on):
         for lid in layers:
@@ -90,7 +120,7 @@ def main(argv=None):
             for s in range(n_seqs):
                 flags = True if all_outputs else [False] * (span - 1) + [True]
                 b.add(filler[:span], n0, s, flags)
-            ctx.decode(b)
+            ctx.decode(b, during=launched)
             ctx.picks(range(b.n) if all_outputs else [b.n - 1])
             for s in range(n_seqs):
                 ctx.seq_rm(s, n0)
@@ -101,7 +131,7 @@ def main(argv=None):
             b.clear()
             for s in range(n_seqs):
                 b.add([prompt[-1]] + [pair.mask_token] * k, n0, s, True)
-            dctx.decode(b)
+            dctx.decode(b, during=launched)
             dctx.picks(range(b.n))
             for s in range(n_seqs):
                 dctx.seq_rm(s, n0)
@@ -109,7 +139,8 @@ def main(argv=None):
 
     for feat in (True, False):
         set_features(feat)
-        res[f"plain_c1_features_{'on' if feat else 'off'}"] = timed(verify(1, 1), args.reps)
+        key = f"plain_c1_features_{'on' if feat else 'off'}"
+        res[key] = timed(verify(1, 1), args.reps, res, key)
         res[f"plain_c8_features_{'on' if feat else 'off'}"] = timed(verify(8, 1), args.reps)
     toggles = []
     for i in range(10):
@@ -121,10 +152,12 @@ def main(argv=None):
     set_features(True)
     for c in (1, 8):
         for span in (2, 5, 16):
-            res[f"verify_c{c}_span{span}_all_outputs"] = timed(verify(c, span), args.reps)
+            key = f"verify_c{c}_span{span}_all_outputs"
+            res[key] = timed(verify(c, span), args.reps, res, key)
             res[f"verify_c{c}_span{span}_last_output"] = timed(verify(c, span, all_outputs=False), args.reps)
-        for k in (4, 15):
-            res[f"draft_c{c}_k{k}"] = timed(draft(c, k), args.reps)
+        # 1 .. 15 drafts: the block forward's fixed part and its per-token slope
+        for k in (1, 4, 8, 15):
+            res[f"draft_c{c}_k{k}"] = timed(draft(c, k), args.reps, res, f"draft_c{c}_k{k}")
     # what a serving step sees: shapes that change from step to step on one context (patches/0007 keeps a CUDA graph
     # per shape; keyed by the first node alone, every change ran the step without one)
     feats = tctx.features(n0).copy()  # the last prefill's rows (any real feature rows will do)
@@ -139,7 +172,7 @@ def main(argv=None):
             b.clear()
             for s in range(n_seqs):
                 b.add([prompt[-1]] + [pair.mask_token] * k, n0 + m, s, True)
-            dctx.decode(b)
+            dctx.decode(b, during=launched)
             dctx.picks(range(b.n))
             for s in range(n_seqs):
                 dctx.seq_rm(s, n0)
@@ -157,7 +190,7 @@ def main(argv=None):
         return run
 
     for c in (1, 8):
-        res[f"steady_draft_c{c}_k15"] = timed(steady_draft(c, 15), args.reps)
+        res[f"steady_draft_c{c}_k15"] = timed(steady_draft(c, 15), args.reps, res, f"steady_draft_c{c}_k15")
         after_plain = alternating_verify(c, 5)
         spans = [after_plain() for _ in range(args.reps)]
         res[f"verify_c{c}_span5_after_plain_step"] = round(1e3 * statistics.median(spans), 3)

@@ -461,6 +461,13 @@ class Context:
         for seq_id, p0 in later:
             self._seq_rm(seq_id, p0, -1)
 
+    @property
+    def graphs_reused(self) -> int:
+        """Forwards so far whose ggml graph llama.cpp reused rather than built and allocated again (it reuses the
+        previous forward's when the batch has the same shape): scripts/step_costs.py tells the host's part of a
+        forward by it."""
+        return int(C.llama_perf_context(self._ptr).n_reused)
+
     def seq_pos_max(self, seq_id: int) -> int:
         """Largest position held for the sequence, -1 when empty."""
         self.flush_rollbacks()

@@ -49,6 +49,11 @@
 #   remote.sh cuda    the CUDA-only patches on the idle GPU: their tests, and step_costs.py (shipped drafter) with
 #                     both, without 0006's MMVQ passes (GGML_CUDA_MMVQ_PASSES=0) and without 0007's per-shape CUDA
 #                     graphs (GGML_CUDA_GRAPH_KEY_SHAPES=0)
+#   remote.sh split   issue 14's cost bar, where a drafting step's drafter work goes: step_costs.py (shipped drafter)
+#                     with each forward's host launch and device wait and its graph reuses; again with llama.cpp's
+#                     graph reuse off (LLAMA_GRAPH_REUSE_DISABLE), with CUDA graphs off (GGML_CUDA_DISABLE_GRAPHS), with
+#                     debug lines reaching Python (GGML_LOG_SKIP_DEBUG=0: patches/0010 off); the random one-layer
+#                     drafter for the block's fixed part
 #   remote.sh slots   scripts/bench_slots.py (issue 13's per-slot slope): KV pool vs streams, with patches/0005
 #                     and with upstream's per-row argmax (PYDFLASH_PER_ROW_GREEDY)
 # Order: part 0, part 0b, part 1b, start (carrying g1 and head.tgz), part 2 .. part N (part c0, part c1 before gen), then the
@@ -256,6 +261,14 @@ cuda)  # the CUDA-only patches on the idle GPU (0006 MMVQ passes, 0007 a CUDA gr
         GGML_CUDA_GRAPH_KEY_SHAPES=$([ $mode = no_shape_keys ] && echo 0 || echo 1) python3 scripts/step_costs.py --ngl -1 \
             --drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf --out $OUT/step_costs_$mode.json 2>&1 | tail -3 || true
     done ;;
+split)
+    use_build
+    shipped="--drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf"
+    for v in split:GGML_LOG_SKIP_DEBUG=1 noreuse:LLAMA_GRAPH_REUSE_DISABLE=1 nocudagraphs:GGML_CUDA_DISABLE_GRAPHS=1 \
+             debuglines:GGML_LOG_SKIP_DEBUG=0; do
+        env ${v#*:} python3 scripts/step_costs.py --ngl -1 $shipped --out $OUT/step_costs_${v%%:*}.json 2>&1 | tail -2
+    done
+    python3 scripts/step_costs.py --ngl -1 --out $OUT/step_costs_random1.json 2>&1 | tail -2 ;;
 slots)
     use_build
     python3 scripts/bench_slots.py --ngl -1 --threads 8 --slots 1,8,16,64,128 --prompt 256 --out $OUT/slots_gpu.json
