@@ -233,8 +233,7 @@ def main(argv=None) -> int:
     try:
         args = parse_args(argv)
         if args.verbose:
-            os.environ["PYDFLASH_VERBOSE"] = "1"  # read by _lib at its import, if that is still to come
-            from ..native._lib import set_verbose
+            from ..native._lib import set_verbose  # llama.cpp's whole log, its debug lines included
 
             set_verbose(True)
         from ..errors import ContextOverflow, PydflashError
