@@ -18,8 +18,9 @@ final comparison: drafting must beat R_plain by MARGIN, or nobody drafts this st
   counts blended with the engine's as a prior (one pair behaves alike across requests, so a useless drafter is
   recognised once, not once per request).
 - When nobody should draft, drafting pauses for the whole engine, for a number of steps that doubles while probes
-  keep failing (up to MAX_BACKOFF, or further while a probe at that load costs over PROBE_SHARE of a pause's
-  plain steps), and quadruples when the probe had no draft accepted anywhere and the engine's
+  keep failing (up to MAX_BACKOFF, USELESS_PAUSE for a drafter whose first drafts are almost never accepted, or
+  further while a probe at that load costs over PROBE_SHARE of a pause's plain steps), and quadruples when the
+  probe had no draft accepted anywhere and the engine's
   evidence says first drafts are almost never accepted; then every slot probes once at its best drafting K, at
   least PROBE_K (a probe of one draft tells nothing about the block's later positions), or only PROBE_SLOTS of them
   while that evidence stands. One shared pause means one probe step per pause at any concurrency: per-slot probes
@@ -83,6 +84,12 @@ LONGEST_PAUSE = 4096
 BLANK_PROBE_GROWTH = 4
 BLANK_FIRST_RATE = 0.1  # engine-wide acceptance of first drafts under which a drafter counts as useless
 BLANK_EVIDENCE = 3.0  # (decayed) first drafts seen before that rate is trusted
+# Pauses of a drafter that counts as useless grow to this instead of MAX_BACKOFF. At MAX_BACKOFF its steady cost was
+# a probe and SHORT_LEAD feature steps every 512 steps: on the H200 through HTTP at 1 client a probe took 3-7 ms and
+# a lead-in step 0.15 ms more than a plain one (1.1 ms), ~1 % of a useless drafter's 3 % budget (docs/gpu_2026-12-03,
+# trace of py-random). A quarter of that here; a drafter that turns useful is found by the next probe, ~2 s later at
+# 1 client, instead of ~0.6 s.
+USELESS_PAUSE = 2048
 PROBE_K = 4  # the least a probe drafts (where draft_max allows): enough positions to see whether a block pays
 # While the engine's evidence says first drafts are (almost) never accepted (BLANK_FIRST_RATE), a pause's probe
 # drafts on at most this many slots, those probed least so far (each request in turn), and only they keep target
@@ -333,12 +340,14 @@ class DraftPolicy:
         sums[2] = OVERHEAD_DECAY * sums[2] + 1.0
 
     def _longest_pause(self, n: int) -> int:
-        """MAX_BACKOFF, or longer where probes at n cost so much more than a plain step that one in MAX_BACKOFF
-        steps would take over PROBE_SHARE of a paused engine's time (at most LONGEST_PAUSE)."""
+        """MAX_BACKOFF (USELESS_PAUSE for a drafter that counts as useless), or longer where probes at n cost so
+        much more than a plain step that one in that many steps would take over PROBE_SHARE of a paused engine's
+        time (at most LONGEST_PAUSE)."""
+        base = USELESS_PAUSE if self._first_draft_rate() < BLANK_FIRST_RATE else MAX_BACKOFF
         probe, plain = self._probe_cost.get(n), self.costs.verify(n, n, features=False)
         if probe is None or plain <= 0.0:
-            return MAX_BACKOFF
-        return int(min(LONGEST_PAUSE, max(MAX_BACKOFF, (probe - plain) / (PROBE_SHARE * plain))))
+            return base
+        return int(min(LONGEST_PAUSE, max(base, (probe - plain) / (PROBE_SHARE * plain))))
 
     def overhead_at(self, n: int) -> float:
         """What drafting steps at n slots cost over the curves' prediction: a ratio of sums (the mean cost is what
