@@ -107,8 +107,8 @@ def main(argv=None):
         dctx.inject(tctx.features(n0), np.arange(n0, dtype=np.int32), np.full(n0, s, dtype=np.int32))
     res = {"env_per_row_greedy": bool(os.environ.get("PYDFLASH_PER_ROW_GREEDY")), "ngl": args.ngl,
            # llama.cpp's switches that change the host's part (a variant run sets them)
-           "env": {k: os.environ[k] for k in ("LLAMA_GRAPH_REUSE_DISABLE", "GGML_CUDA_DISABLE_GRAPHS", "GGML_LOG_SKIP_DEBUG")
-                   if k in os.environ}}
+           "env": {k: os.environ[k] for k in ("LLAMA_GRAPH_REUSE_DISABLE", "GGML_CUDA_DISABLE_GRAPHS",
+                                              "GGML_LOG_SKIP_DEBUG") if k in os.environ}}
 
     def set_features(on):
         for lid in layers:
