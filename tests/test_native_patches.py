@@ -218,7 +218,6 @@ def test_rollback_cost_follows_the_sequence_not_the_cache(tiny):
     assert large < 4 * max(small, 1.0), (small, large)
 
 
-
 def test_debug_lines_stop_before_the_python_callback(tiny):
     """patches/0010: without PYDFLASH_VERBOSE no debug line reaches the Python log callback. Some are logged on every
     step (ggml-cuda logs one at each CUDA graph replay), and a callback into Python takes the GIL inside the forward,

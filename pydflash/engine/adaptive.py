@@ -206,7 +206,9 @@ class DraftPolicy:
         if not any(maxes):  # no slot running, or none may draft: nothing to decide (and no slot count to switch to)
             return Plan(zeros, False)
         self._at(n)
-        if self.pause > 1:  # most steps of a paused engine: nothing else to decide
+        if self.paused_step(n):  # most steps of a paused engine (the engine asks this first, without a Plan)
+            return Plan(zeros, False)
+        if self.pause > 1:  # a lead-in step: features for the probing slots, nothing else to decide
             self.pause -= 1
             return self._paused(slots, zeros)
         c = self.costs
@@ -265,8 +267,8 @@ class DraftPolicy:
     def paused_step(self, n: int) -> bool:
         """Whether the step about to be planned for n running slots (some of which may draft) is a plain step of a
         pause outside its lead-in: then it is counted here and there is nothing to plan (no drafts, no features).
-        What ``plan`` decides for such a step, without building a Plan: most steps of a paused engine are these,
-        and a useless drafter's whole budget against plain decoding is 3 %."""
+        ``plan`` takes this branch first; the engine asks it before building plan's arguments: most steps of a
+        paused engine are these, and a useless drafter's whole budget against plain decoding is 3 %."""
         if n != self._n or self.pause <= self._lead + 1:
             return False
         self.pause -= 1
