@@ -54,6 +54,9 @@
 #                     graph reuse off (LLAMA_GRAPH_REUSE_DISABLE), with CUDA graphs off (GGML_CUDA_DISABLE_GRAPHS), with
 #                     debug lines reaching Python (GGML_LOG_SKIP_DEBUG=0: patches/0010 off); the random one-layer
 #                     drafter for the block's fixed part
+#   remote.sh heads   issue 14's cost bar with reduced drafter heads (HEADS="ROWS:TYPE ...", default 28672:Q8_0
+#                     49152:Q4_0; scripts/reduce_drafter_head.py writes them to $W/head_ROWS_TYPE.gguf, for a later
+#                     `http --drafter` or `suite`): step_costs.py for each and for the shipped drafter
 #   remote.sh slots   scripts/bench_slots.py (issue 13's per-slot slope): KV pool vs streams, with patches/0005
 #                     and with upstream's per-row argmax (PYDFLASH_PER_ROW_GREEDY)
 # Order: part 0, part 0b, part 1b, start (carrying g1 and head.tgz), part 2 .. part N (part c0, part c1 before gen), then the
@@ -269,6 +272,19 @@ split)
         env ${v#*:} python3 scripts/step_costs.py --ngl -1 $shipped --out $OUT/step_costs_${v%%:*}.json 2>&1 | tail -2
     done
     python3 scripts/step_costs.py --ngl -1 --out $OUT/step_costs_random1.json 2>&1 | tail -2 ;;
+heads)  # issue 14's cost bar with a reduced drafter head (scripts/reduce_drafter_head.py, built here from the tree's
+        # data runs and the target): each head's block against a 16-token verify, beside the shipped drafter's
+    use_build
+    for h in ${HEADS:-28672:Q8_0 49152:Q4_0}; do
+        python3 scripts/reduce_drafter_head.py --rows ${h%%:*} --head-type ${h#*:} --target $W/gemma.gguf \
+            --out $W/head_${h%%:*}_${h#*:}.gguf --report $OUT/head_${h%%:*}_${h#*:}.json | grep sha256
+    done
+    python3 scripts/step_costs.py --ngl -1 --drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf \
+        --out $OUT/step_costs_fullhead.json 2>&1 | grep "over_verify\|^draft_c1_k15 "
+    for h in ${HEADS:-28672:Q8_0 49152:Q4_0}; do
+        python3 scripts/step_costs.py --ngl -1 --drafter $W/head_${h%%:*}_${h#*:}.gguf \
+            --out $OUT/step_costs_head_${h%%:*}_${h#*:}.json 2>&1 | grep "over_verify\|^draft_c1_k15 "
+    done ;;
 slots)
     use_build
     python3 scripts/bench_slots.py --ngl -1 --threads 8 --slots 1,8,16,64,128 --prompt 256 --out $OUT/slots_gpu.json
