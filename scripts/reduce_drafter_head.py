@@ -1,14 +1,18 @@
 """Give the shipped drafter its own reduced lm_head, chosen from what the target generates.
 
-Why: the drafter borrows Gemma-3-270M's head, 262,144 x 640 in Q8_0 (178 MB read per block), and on the H200 that
-head is about half of a 15-draft block (a random one-layer drafter's block costs 0.41 ms, three trained layers
-0.63 ms). The target's greedy responses in the committed data runs (pydflash/train/gguf_data, 20 M tokens) use
-~40 k distinct ids; a head of their most frequent ROWS ids makes the block's head several times cheaper, while
-verification stays the target's, so output is unchanged (tests/test_reduced_head.py). Lookup copies are not
-restricted by the head, so rare ids copied from the prompt still go in.
+Why: the drafter borrows Gemma-3-270M's head, 262,144 x 640 in Q8_0 (178 MB read per block); on the H200 that head
+was ~0.1 ms of every block (a 1-draft block 0.40 ms with it, 0.29 ms with a head of 28,672 rows; 15 drafts 0.69
+against 0.59 ms, docs/drafter.md). The target's greedy responses in the committed data runs
+(pydflash/train/gguf_data, 20 M tokens) use ~40 k distinct ids; a head of the ROWS ids most frequent there
+(responses and prompts) keeps nearly all of them draftable, while verification stays the target's, so output is
+unchanged (tests/test_reduced_head.py). Lookup copies are not restricted by the head, so rare ids copied from the
+prompt still go in.
 
-    python scripts/reduce_drafter_head.py --rows 28672 --out pydflash/models/gemma-3-270m-dflash-q8_0.gguf \
-        --drafter /tmp/full-head.gguf
+    python scripts/reduce_drafter_head.py --drafter out/drafter-q8_0.gguf \
+        --out pydflash/models/gemma-3-270m-dflash-q8_0.gguf
+
+The shipped drafter was made so (2026-12-03, version 5's full-head GGUF, 28,672 rows: 18.1 -> 37.8 MB, sha256
+dac923df...); a retrained drafter goes through it before it is compared or shipped (remote.sh's export does).
 
 It prints, per data run held out from the counts, the share of that run's response tokens outside the head (the
 generalisation of the choice); the shipped head counts every run.
@@ -21,6 +25,7 @@ import hashlib
 import json
 import os
 import sys
+from collections import Counter
 
 import numpy as np
 
@@ -28,8 +33,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from pydflash.compat.gguf_meta import read_metadata  # noqa: E402
-from pydflash.compat.reduced_head import HEAD_TYPES, write_reduced_head  # noqa: E402
-from pydflash.defaults import SHIPPED_DRAFTER, gemma_target  # noqa: E402
+from pydflash.compat.reduced_head import HEAD_TYPES, choose_tokens, write_reduced_head  # noqa: E402
+from pydflash.defaults import gemma_target  # noqa: E402
 from pydflash.train.generate import load_shards  # noqa: E402
 
 DATA = os.path.join(ROOT, "pydflash", "train", "gguf_data")
@@ -60,20 +65,17 @@ def eog_ids(meta) -> list[int]:
 
 
 def choose(counts: np.ndarray, rows: int, always: list[int]) -> list[int]:
-    order = np.argsort(-counts, kind="stable")  # ties by id
-    keep = set(always)
-    for i in order:
-        if len(keep) >= rows:
-            break
-        keep.add(int(i))
-    return sorted(keep)
+    nonzero = np.flatnonzero(counts)
+    return choose_tokens(Counter(dict(zip(nonzero.tolist(), counts[nonzero].tolist()))), rows, always)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=28672)
-    ap.add_argument("--drafter", default=str(SHIPPED_DRAFTER), help="a drafter that shares the target's head")
+    ap.add_argument("--drafter", required=True,
+                    help="a drafter that shares the target's head, as pydflash.train.export_gguf writes it")
     ap.add_argument("--target", default=None)
+    ap.add_argument("--data", default=DATA, help="the data runs (folders of shard folders) whose ids are counted")
     ap.add_argument("--head-type", default="Q8_0", choices=sorted(HEAD_TYPES))
     ap.add_argument("--out", required=True)
     ap.add_argument("--report", default=None, help="write the choice's figures as JSON here")
@@ -81,8 +83,8 @@ def main(argv=None) -> int:
     target = args.target or str(gemma_target())
     meta = read_metadata(target)
     n_vocab = len(meta.get("tokenizer.ggml.tokens"))
-    runs = sorted(d for d in glob.glob(os.path.join(DATA, "*")) if os.path.isdir(d))
-    folders = {r: sorted(os.path.dirname(p) for p in glob.glob(os.path.join(r, "*", "shard-*.npz"))) for r in runs}
+    runs = sorted(d for d in glob.glob(os.path.join(args.data, "*")) if os.path.isdir(d))
+    folders = {r: sorted({os.path.dirname(p) for p in glob.glob(os.path.join(r, "*", "shard-*.npz"))}) for r in runs}
     per_run = {r: run_counts(f, n_vocab) for r, f in folders.items() if f}
     resp = sum(c[0] for c in per_run.values())
     # prompts weigh as much as responses: they are human text of the registers users send, and they widen the head

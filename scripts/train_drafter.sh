@@ -20,3 +20,5 @@ $PY -m pydflash.train.pipeline --gguf "$TARGET" --prompts "$OUT/prompts.npz" --o
   --gen-seconds "${GEN_SECONDS:-100}" --train-seconds "${TRAIN_SECONDS:-450}" "$@"
 $PY -m pydflash.train.export_gguf --drafter "$OUT" --target "$TARGET" --out "$OUT/drafter-q8_0.gguf" --type q8_0
 $PY -m pydflash.train.export_gguf --drafter "$OUT" --target "$TARGET" --out "$OUT/drafter-f16.gguf" --type f16
+# the shipped form: its own lm_head of the ids the committed data runs use most (docs/drafter.md, 2026-12-03)
+$PY scripts/reduce_drafter_head.py --drafter "$OUT/drafter-q8_0.gguf" --target "$TARGET" --out "$OUT/drafter-head-q8_0.gguf"

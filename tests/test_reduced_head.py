@@ -39,7 +39,7 @@ def test_full_subset_reproduces_the_shared_head(tiny, tmp_path, monkeypatch):
     assert seen[p.drafter] == seen[out]
 
 
-@pytest.mark.parametrize("head_type", ["Q8_0", "F16"])
+@pytest.mark.parametrize("head_type", ["Q8_0", "F16", "Q4_0"])
 def test_subset_drafts_stay_inside_and_output_is_lossless(tiny, tmp_path, monkeypatch, head_type):
     p = tiny("gemma3")
     oracle = Oracle(p.target)
@@ -66,3 +66,25 @@ def test_refuses_a_drafter_with_its_own_head(tiny, tmp_path):
     once = write_reduced_head(p.drafter, p.target, [1, 2, 3], tmp_path / "once.gguf")
     with pytest.raises(Exception, match="own head"):
         write_reduced_head(once, p.target, [1, 2, 3], tmp_path / "twice.gguf")
+
+
+def test_the_shipped_drafter_has_its_own_head_inside_the_size_cap():
+    """The shipped Gemma drafter carries a reduced head (scripts/reduce_drafter_head.py): sorted unique target ids,
+    one Q8_0 row each, the end-of-turn and end-of-text ids among them (a drafter must be able to propose the end of a
+    reply); and everything in pydflash/models stays inside issue 14's 60 MB cap."""
+    import gguf
+    import numpy as np
+
+    from pydflash.compat.gguf_meta import read_metadata
+    from pydflash.defaults import MODELS_DIR, SHIPPED_DRAFTER
+
+    meta = read_metadata(SHIPPED_DRAFTER)
+    info = meta.tensors["d2t"]  # I64 (gguf's reader would also parse the 262k-token vocabulary: ~15 s)
+    d2t = np.fromfile(SHIPPED_DRAFTER, dtype=np.int64, count=info.dims[0], offset=info.offset)
+    head = meta.tensors["output.weight"]
+    assert head.dims == (640, len(d2t)) and head.ggml_type == gguf.GGMLQuantizationType.Q8_0
+    assert np.all(np.diff(d2t) > 0) and d2t[0] >= 0 and d2t[-1] < len(meta.get("tokenizer.ggml.tokens"))
+    tokens = meta.get("tokenizer.ggml.tokens")
+    eot = tokens.index("<end_of_turn>")
+    assert {int(meta.get("tokenizer.ggml.eos_token_id")), eot} <= set(d2t.tolist())
+    assert sum(p.stat().st_size for p in MODELS_DIR.iterdir() if p.is_file()) <= 60_000_000

@@ -23,7 +23,7 @@ from ..errors import IncompatibleDrafter
 from .gguf_meta import read_metadata
 
 HEAD_TYPES = {"F32": gguf.GGMLQuantizationType.F32, "F16": gguf.GGMLQuantizationType.F16,
-              "Q8_0": gguf.GGMLQuantizationType.Q8_0, "Q5_0": gguf.GGMLQuantizationType.Q5_0,
+              "Q8_0": gguf.GGMLQuantizationType.Q8_0,
               "Q4_0": gguf.GGMLQuantizationType.Q4_0}
 
 

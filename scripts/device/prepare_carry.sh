@@ -17,17 +17,25 @@ halves() {  # FILE DIR_A DIR_B SHA_FILE: FILE's two halves as DIR_A/NAME.00 and 
     sha256sum "$1" | cut -d' ' -f1 > "$4"
     split -n 2 -d -a 2 "$1" "$2/$(basename "$1")." && mv "$2/$(basename "$1").01" "$3/" && rm "$1"
 }
-# SLIM=1: the drafter's safetensors (27.7 MB; only `train` and `trainbg` read it) leaves the working tree, so the tree
-# that travels with every call is ~30 MB and the model goes in ~8 parts of ~35 MB instead of ~37 of 7 MB (each call
-# ~5 s of device time). It is tracked and unchanged: `git checkout -- FILE` puts it back after the device calls.
+# SLIM=1: the drafter's safetensors (21.8 MB) and the data runs (10.9 MB) leave the working tree, so the tree that
+# travels with every call is ~42 MB and the model goes in ~11 parts of ~24 MB (each call ~5 s of device time). Since
+# the shipped GGUF carries its own head (37.8 MB, 2026-12-03) the whole tree is ~75 MB, over one call's 64 MiB: every
+# session packs with SLIM=1. Only `train`, `trainbg` and a retrained drafter's export read the two; they travel as
+# folders of their own (gt0: the safetensors, gt1: the data runs; `remote.sh part t0`, `part t1`). Both are tracked
+# and unchanged: `git checkout` puts them back after the device calls.
 SAFETENSORS=pydflash/models/gemma-3-270m-dflash.safetensors
-if [ "${SLIM:-0}" = 1 ] && [ -f $SAFETENSORS ]; then
-    git diff --quiet HEAD -- $SAFETENSORS || { echo "prepare_carry: $SAFETENSORS differs from HEAD: not removed" >&2; exit 1; }
-    rm $SAFETENSORS
-    echo "prepare_carry: $SAFETENSORS left the tree for the device calls; afterwards: git checkout -- $SAFETENSORS"
-fi
+DATA_RUNS=pydflash/train/gguf_data
 SITE=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 rm -rf .device-bench && mkdir -p .device-bench/g0 .device-bench/g0b .device-bench/g1 .device-bench/g1b/whl
+if [ "${SLIM:-0}" = 1 ] && [ -f $SAFETENSORS ]; then
+    git diff --quiet HEAD -- $SAFETENSORS $DATA_RUNS \
+        || { echo "prepare_carry: $SAFETENSORS or $DATA_RUNS differs from HEAD: not removed" >&2; exit 1; }
+    mkdir -p .device-bench/gt0 .device-bench/gt1
+    mv $SAFETENSORS .device-bench/gt0/
+    tar cf .device-bench/gt1/gguf_data.tar -C pydflash/train gguf_data && rm -r $DATA_RUNS
+    echo "prepare_carry: $SAFETENSORS and $DATA_RUNS left the tree for the device calls; afterwards:" \
+        "git checkout -- $SAFETENSORS $DATA_RUNS"
+fi
 # ggml backends the CUDA build does not enable (ggml_add_backend adds a directory only when its GGML_<NAME> is on),
 # the tests (-DLLAMA_BUILD_TESTS=OFF), the examples (-DLLAMA_BUILD_EXAMPLES=OFF), the Python converters and the web
 # UI's sources (scripts/ui-assets.cmake reads them only for an npm build, and the build embeds no UI): the tree grows

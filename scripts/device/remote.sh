@@ -7,7 +7,8 @@
 #   remote.sh part 1b  stage g1b (the server's wheels), a call of its own: with the tree it would not fit g1's
 #   remote.sh start   unpack g1 (pure-Python packages), install the staged wheels and source, start the CUDA
 #                     build detached (survives the call), check that the server's imports resolve
-#   remote.sh part N  stash model part(s) from gN (N = 2 .. the last folder prepare_carry.sh made)
+#   remote.sh part N  stash model part(s) from gN (N = 2 .. the last folder prepare_carry.sh made); part t0, part t1
+#                     stage what SLIM=1 took out of the tree for `train` (the shipped safetensors, the data runs)
 #   remote.sh costs   wait for the build, assemble the model, scripts/step_costs.py with the batched argmax of
 #                     patches/0003 and with upstream's per-row argmax (PYDFLASH_PER_ROW_GREEDY)
 #   remote.sh bench   scripts/bench.py, all modes: 1 request x 512 tokens, 8 requests x 256 tokens
@@ -54,9 +55,6 @@
 #                     graph reuse off (LLAMA_GRAPH_REUSE_DISABLE), with CUDA graphs off (GGML_CUDA_DISABLE_GRAPHS), with
 #                     debug lines reaching Python (GGML_LOG_SKIP_DEBUG=0: patches/0010 off); the random one-layer
 #                     drafter for the block's fixed part
-#   remote.sh heads   issue 14's cost bar with reduced drafter heads (HEADS="ROWS:TYPE ...", default 28672:Q8_0
-#                     49152:Q4_0; scripts/reduce_drafter_head.py writes them to $W/head_ROWS_TYPE.gguf, for a later
-#                     `http --drafter` or `suite`): step_costs.py for each and for the shipped drafter
 #   remote.sh slots   scripts/bench_slots.py (issue 13's per-slot slope): KV pool vs streams, with patches/0005
 #                     and with upstream's per-row argmax (PYDFLASH_PER_ROW_GREEDY)
 # Order: part 0, part 0b, part 1b, start (carrying g1 and head.tgz), part 2 .. part N (part c0, part c1 before gen), then the
@@ -112,22 +110,38 @@ assemble_model() {
 # torch and our CUDA libllama in one process abort ("free(): invalid pointer", H200): the trainer needs no
 # llama.cpp, so pydflash's import must not load it. Bounded by a timeout so that the export always runs; the first
 # try, during the CUDA build's 16 compile jobs, ran past its call's limit and returned nothing.
+committed_data() {  # the data runs staged by `part t1` (SLIM=1), unpacked once
+    if [ ! -d pydflash/train/gguf_data ] && [ -f $W/gguf_data.tar ] && [ ! -d $W/gguf_data ]; then
+        tar xf $W/gguf_data.tar -C $W
+    fi
+}
+data_root() { [ -d pydflash/train/gguf_data ] && echo $PWD/pydflash/train/gguf_data || echo $W/gguf_data; }
+
 train_cmd() {  # SECONDS LAYERS, from a tree root; DATA / TRAIN_ARGS / INIT from the environment
     # INIT: the drafter to continue (default: the shipped one); INIT=none trains one from scratch (TRAIN_ARGS may
     # shape it: --heads, --kv-heads, --head-dim)
-    local init="${INIT:-pydflash/models/gemma-3-270m-dflash.safetensors}" init_args=()
+    # SLIM=1 packs the shipped safetensors and the committed data runs out of the tree (prepare_carry.sh: `part t0`,
+    # `part t1` stage them in $W)
+    local shipped=pydflash/models/gemma-3-270m-dflash.safetensors
+    [ -f $shipped ] || shipped=$W/gemma-3-270m-dflash.safetensors
+    local init="${INIT:-$shipped}" init_args=()
     if [ "$init" != none ]; then
-        [ -f "$init" ] || { echo "no drafter $init in the carried tree (packed with SLIM=1?): training starts from it"; return 1; }
+        [ -f "$init" ] || { echo "no drafter $init (with SLIM=1, stage it: part t0): training starts from it"; return 1; }
         init_args=(--init "$init")
     fi
+    committed_data
     timeout $(($1 + 300)) env -u PYDFLASH_LIB_DIR python3 -m pydflash.train.trainer --gguf $W/gemma.gguf \
-        --out $W/drafter --data "${DATA:-$(ls -d $PWD/pydflash/train/gguf_data/*/*/ $W/data/*p*/ 2>/dev/null | sed 's:/$::' | paste -sd,)}" \
+        --out $W/drafter --data "${DATA:-$(ls -d $(data_root)/*/*/ $W/data/*p*/ 2>/dev/null | sed 's:/$::' | paste -sd,)}" \
         ${init_args[@]+"${init_args[@]}"} --layers "$2" --seconds "$1" ${TRAIN_ARGS:-}
 }
 
 export_drafter() {
     env -u PYDFLASH_LIB_DIR python3 -m pydflash.train.export_gguf --drafter $W/drafter --target $W/gemma.gguf \
-        --out $W/drafter/drafter-q8_0.gguf --type q8_0 2>&1 | tail -3
+        --out $W/drafter/drafter-fullhead-q8_0.gguf --type q8_0 2>&1 | tail -3
+    # the shipped form: its own head of the 28,672 ids the data runs use most (scripts/reduce_drafter_head.py)
+    committed_data
+    env -u PYDFLASH_LIB_DIR python3 scripts/reduce_drafter_head.py --drafter $W/drafter/drafter-fullhead-q8_0.gguf \
+        --target $W/gemma.gguf --data $(data_root) --out $W/drafter/drafter-q8_0.gguf | grep sha256
     split -b 15000000 -d -a 2 $W/drafter/model.safetensors $OUT/model.safetensors.
     tar czf $OUT/train_meta.tgz -C $W/drafter config.json train.json train.log
 }
@@ -227,7 +241,7 @@ trainbg)
     rm -rf $W/trainsrc $W/train.rc && mkdir -p $W/trainsrc && cp -r pydflash $W/trainsrc/
     # the next call replaces this tree: the detached trainer runs from its own copy
     export PYTHONPATH=$W/site:$W/trainsrc PYTHONUNBUFFERED=1
-    declare -f train_cmd > $W/train_fn.sh
+    declare -f train_cmd committed_data data_root > $W/train_fn.sh
     setsid nohup bash -c "cd $W/trainsrc && source $W/train_fn.sh && W=$W DATA='${DATA:-}' TRAIN_ARGS='${TRAIN_ARGS:-}' INIT='${INIT:-}' \
         train_cmd ${2:-450} ${3:-4} > $W/train_stdout.log 2>&1; echo \$? > $W/train.rc" > /dev/null 2>&1 &
     sleep 20; grep -v Warning $W/train_stdout.log | tail -5 || true ;;
@@ -272,19 +286,6 @@ split)
         env ${v#*:} python3 scripts/step_costs.py --ngl -1 $shipped --out $OUT/step_costs_${v%%:*}.json 2>&1 | tail -2
     done
     python3 scripts/step_costs.py --ngl -1 --out $OUT/step_costs_random1.json 2>&1 | tail -2 ;;
-heads)  # issue 14's cost bar with a reduced drafter head (scripts/reduce_drafter_head.py, built here from the tree's
-        # data runs and the target): each head's block against a 16-token verify, beside the shipped drafter's
-    use_build
-    for h in ${HEADS:-28672:Q8_0 49152:Q4_0}; do
-        python3 scripts/reduce_drafter_head.py --rows ${h%%:*} --head-type ${h#*:} --target $W/gemma.gguf \
-            --out $W/head_${h%%:*}_${h#*:}.gguf --report $OUT/head_${h%%:*}_${h#*:}.json | grep sha256
-    done
-    python3 scripts/step_costs.py --ngl -1 --drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf \
-        --out $OUT/step_costs_fullhead.json 2>&1 | grep "over_verify\|^draft_c1_k15 "
-    for h in ${HEADS:-28672:Q8_0 49152:Q4_0}; do
-        python3 scripts/step_costs.py --ngl -1 --drafter $W/head_${h%%:*}_${h#*:}.gguf \
-            --out $OUT/step_costs_head_${h%%:*}_${h#*:}.json 2>&1 | grep "over_verify\|^draft_c1_k15 "
-    done ;;
 slots)
     use_build
     python3 scripts/bench_slots.py --ngl -1 --threads 8 --slots 1,8,16,64,128 --prompt 256 --out $OUT/slots_gpu.json
