@@ -42,16 +42,12 @@ DATA = os.path.join(ROOT, "pydflash", "train", "gguf_data")
 
 def run_counts(folders: list[str], n_vocab: int) -> tuple[np.ndarray, np.ndarray]:
     """(response counts, prompt counts) of one data run's shards."""
-    resp_counts = np.zeros(n_vocab, dtype=np.int64)
-    prompt_counts = np.zeros(n_vocab, dtype=np.int64)
-    for d in folders:
-        data = load_shards(d)
-        resp = np.zeros(len(data["tokens"]), dtype=bool)
-        for s, n, p in zip(data["starts"], data["lens"], data["prompt_len"]):
-            resp[s + p:s + n] = True
-        resp_counts += np.bincount(data["tokens"][resp], minlength=n_vocab)
-        prompt_counts += np.bincount(data["tokens"][~resp], minlength=n_vocab)
-    return resp_counts, prompt_counts
+    data = load_shards(",".join(folders))
+    resp = np.zeros(len(data["tokens"]), dtype=bool)
+    for s, n, p in zip(data["starts"], data["lens"], data["prompt_len"]):
+        resp[s + p:s + n] = True
+    return (np.bincount(data["tokens"][resp], minlength=n_vocab),
+            np.bincount(data["tokens"][~resp], minlength=n_vocab))
 
 
 def eog_ids(meta) -> list[int]:
