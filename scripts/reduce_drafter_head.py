@@ -11,8 +11,9 @@ prompt still go in.
     python scripts/reduce_drafter_head.py --drafter out/drafter-q8_0.gguf \
         --out pydflash/models/gemma-3-270m-dflash-q8_0.gguf
 
-The shipped drafter was made so (2026-12-03, version 5's full-head GGUF, 28,672 rows: 18.1 -> 37.8 MB, sha256
-dac923df...); a retrained drafter goes through it before it is compared or shipped (remote.sh's export does).
+The shipped drafter was made so (2026-12-03, version 5's full-head GGUF, 28,672 rows, I32 d2t: 18.1 -> 37.7 MB,
+sha256 a4521144...; the first build, I64 d2t, was dac923df...); a retrained drafter goes through it before it is
+compared or shipped (remote.sh's export does).
 
 It prints, per data run held out from the counts, the share of that run's response tokens outside the head (the
 generalisation of the choice); the shipped head counts every run.
@@ -33,7 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from pydflash.compat.gguf_meta import read_metadata  # noqa: E402
-from pydflash.compat.reduced_head import HEAD_TYPES, choose_tokens, write_reduced_head  # noqa: E402
+from pydflash.compat.reduced_head import D2T_TYPES, HEAD_TYPES, choose_tokens, write_reduced_head  # noqa: E402
 from pydflash.defaults import gemma_target  # noqa: E402
 from pydflash.train.generate import load_shards  # noqa: E402
 
@@ -73,6 +74,9 @@ def main(argv=None) -> int:
     ap.add_argument("--target", default=None)
     ap.add_argument("--data", default=DATA, help="the data runs (folders of shard folders) whose ids are counted")
     ap.add_argument("--head-type", default="Q8_0", choices=sorted(HEAD_TYPES))
+    ap.add_argument("--d2t-type", default="I32", choices=sorted(D2T_TYPES),
+                    help="I32 (default): our llama.cpp's greedy picks skip the vocabulary scatter (patches/0011); "
+                         "I64: what upstream llama.cpp reads")
     ap.add_argument("--out", required=True)
     ap.add_argument("--report", default=None, help="write the choice's figures as JSON here")
     args = ap.parse_args(argv)
@@ -94,7 +98,7 @@ def main(argv=None) -> int:
         report["held_out_miss"][os.path.basename(r)] = round(1 - float(rc[ids].sum()) / float(rc.sum()), 5)
     ids = choose(score, args.rows, always)
     report["in_sample_miss"] = round(1 - float(resp[ids].sum()) / float(resp.sum()), 5)
-    write_reduced_head(args.drafter, target, ids, args.out, head_type=args.head_type)
+    write_reduced_head(args.drafter, target, ids, args.out, head_type=args.head_type, d2t_type=args.d2t_type)
     report["bytes"] = os.path.getsize(args.out)
     with open(args.out, "rb") as f:
         report["sha256"] = hashlib.file_digest(f, "sha256").hexdigest()

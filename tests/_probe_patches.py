@@ -8,6 +8,8 @@ callback under PYDFLASH_VERBOSE) and prints markers between phases, so the test 
     python _probe_patches.py alternate MODEL  on the GPU: one-token and five-token steps of one sequence, alternating
     python _probe_patches.py logs MODEL      feature toggles (a debug line each) around one-token steps; prints the
                                              lines llama.cpp's logger passed to our callback, by level, as JSON
+    python _probe_patches.py drafts TARGET DRAFTER  speculative greedy generation; prints the output and every
+                                             block's drafts as JSON
 """
 
 import sys
@@ -29,6 +31,9 @@ def main(what: str, path: str) -> None:
         return
     if what == "logs":
         logs(path)
+        return
+    if what == "drafts":
+        drafts(path, sys.argv[3])
         return
     model = Model(path)
     tokens = [(i * 13 + 5) % (model.n_vocab - 16) + 8 for i in range(24)]
@@ -151,6 +156,24 @@ def logs(path: str) -> None:
     print(json.dumps({str(k): v - before.get(k, 0) for k, v in _lib.log_lines.items()}))
     ctx.close()
     model.close()
+
+
+def drafts(target: str, drafter: str) -> None:
+    import json
+
+    from pydflash import api
+    from pydflash.config import EngineConfig
+    from pydflash.engine import drafter as drafter_mod
+
+    seen = []
+    real = drafter_mod.Drafter.propose
+    drafter_mod.Drafter.propose = lambda self, plan, **kw: seen.append(real(self, plan, **kw)) or seen[-1]
+    with api.load(target, drafter, config=EngineConfig(n_ctx_slot=256)) as llm:
+        prompt = llm.tokenize("def add(a, b):\n    return a + b\n")
+        sys.stderr.write("@@ generate\n")
+        res = llm.generate(prompt, max_tokens=24, ignore_eos=True)
+        sys.stderr.write("@@ done\n")
+    print(json.dumps({"tokens": res.tokens, "drafts": [sorted(d.items()) for d in seen]}))
 
 
 if __name__ == "__main__":

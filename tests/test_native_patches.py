@@ -1,7 +1,8 @@
 """patches/0003 and 0005 (one argmax over all greedy rows of a batch), patches/0004 (feature extraction toggled
 without a reserve), patches/0006 (9..16-column products as MMVQ passes on Hopper: runs only on such a GPU),
 patches/0007 (a CUDA graph per graph shape: runs only on a CUDA GPU), patches/0009 (a rollback walks its own
-sequence's cells) and patches/0010 (debug lines stop in C unless PYDFLASH_VERBOSE).
+sequence's cells), patches/0010 (debug lines stop in C unless PYDFLASH_VERBOSE) and patches/0011 (a greedy
+drafter's picks over its reduced vocabulary).
 
 All are about cost, so the tests read what llama.cpp did from its own debug log where it logs it (GGML_SCHED_DEBUG=2
 lists every graph node; a scheduler reserve logs "reserving"), in a subprocess, and check the results stay exact.
@@ -230,3 +231,41 @@ def test_debug_lines_stop_before_the_python_callback(tiny):
     loud, _ = run_probe("logs", tiny("llama").target, verbose=True)
     assert json.loads(quiet).get(debug, 0) == 0, quiet
     assert json.loads(loud).get(debug, 0) >= 8, loud
+
+
+def computed_nodes(lines):
+    """The node lines of the graphs a phase computed: a scheduler reserve (sizing only, never run) lists its graph
+    too, after its "graph_reserve:" line."""
+    out, reserve, skip = [], False, False
+    for ln in lines:
+        if ln.startswith("graph_reserve:"):
+            reserve = True
+        elif ln.startswith("## SPLIT #0"):
+            skip, reserve = reserve, False
+        elif ln.startswith("node #") and not skip:
+            out.append(ln)
+    return out
+
+
+def test_greedy_drafter_picks_skip_the_vocabulary_scatter(tiny, tmp_path):
+    """patches/0011: a drafter with its own reduced head and an I32 d2t, picked greedily, takes the argmax over its
+    reduced logits and maps the picks through d2t (a GET_ROWS node named greedy_picks_d2t); the FILL of
+    n_vocab floats per row and the scatter into it are never computed. The I64 twin of the same file (what upstream
+    reads) keeps the scatter. Both draft the same blocks and generate the same tokens. Without the patch the I32
+    file does not load (upstream asserts an I64 d2t)."""
+    import json
+
+    from pydflash.compat.reduced_head import write_reduced_head
+
+    p = tiny("gemma3")
+    ids = list(range(0, p.n_vocab, 3))
+    runs = {}
+    for kind in ("I32", "I64"):
+        drafter = write_reduced_head(p.drafter, p.target, ids, tmp_path / f"d-{kind}.gguf", d2t_type=kind)
+        stdout, phases = run_probe("drafts", p.target, drafter, GGML_SCHED_DEBUG="2")
+        runs[kind] = json.loads(stdout), computed_nodes(phases["generate"])
+    (out32, nodes32), (out64, nodes64) = runs["I32"], runs["I64"]
+    assert any("greedy_picks_d2t" in ln for ln in nodes32)
+    assert not any("FILL" in ln for ln in nodes32)
+    assert any("FILL" in ln for ln in nodes64) and not any("greedy_picks_d2t" in ln for ln in nodes64)
+    assert out32 == out64 and any(d for step in out32["drafts"] for _, d in step)

@@ -69,9 +69,9 @@ def test_refuses_a_drafter_with_its_own_head(tiny, tmp_path):
 
 
 def test_the_shipped_drafter_has_its_own_head_inside_the_size_cap():
-    """The shipped Gemma drafter carries a reduced head (scripts/reduce_drafter_head.py): sorted unique target ids,
-    one Q8_0 row each, the end-of-turn and end-of-text ids among them (a drafter must be able to propose the end of a
-    reply); and everything in pydflash/models stays inside issue 14's 60 MB cap."""
+    """The shipped Gemma drafter carries a reduced head (scripts/reduce_drafter_head.py): sorted unique target ids
+    (I32), one Q8_0 row each, the end-of-turn and end-of-text ids among them (a drafter must be able to propose the
+    end of a reply); and everything in pydflash/models stays inside issue 14's 60 MB cap."""
     import gguf
     import numpy as np
 
@@ -79,8 +79,10 @@ def test_the_shipped_drafter_has_its_own_head_inside_the_size_cap():
     from pydflash.defaults import MODELS_DIR, SHIPPED_DRAFTER
 
     meta = read_metadata(SHIPPED_DRAFTER)
-    info = meta.tensors["d2t"]  # I64 (gguf's reader would also parse the 262k-token vocabulary: ~15 s)
-    d2t = np.fromfile(SHIPPED_DRAFTER, dtype=np.int64, count=info.dims[0], offset=info.offset)
+    info = meta.tensors["d2t"]  # gguf's reader would also parse the 262k-token vocabulary: ~15 s
+    # I32: what our llama.cpp's greedy drafter picks map through without a vocabulary scatter (patches/0011)
+    assert info.ggml_type == gguf.GGMLQuantizationType.I32
+    d2t = np.fromfile(SHIPPED_DRAFTER, dtype=np.int32, count=info.dims[0], offset=info.offset)
     head = meta.tensors["output.weight"]
     assert head.dims == (640, len(d2t)) and head.ggml_type == gguf.GGMLQuantizationType.Q8_0
     assert np.all(np.diff(d2t) > 0) and d2t[0] >= 0 and d2t[-1] < len(meta.get("tokenizer.ggml.tokens"))

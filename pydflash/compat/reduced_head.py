@@ -3,11 +3,14 @@
 Why: a drafter shares the target's lm_head, so every draft position multiplies by the full vocabulary. For a
 small target with a huge vocabulary (Gemma-3-270M: 262144 x 640) that head is about as large as the rest of the
 model, and the drafter's forward costs nearly as much as the target's. Upstream's dflash graph already supports
-a reduced draft vocabulary: an ``output.weight`` of [n_embd, n_draft] rows plus a ``d2t`` tensor (I64) mapping
-draft rows to target ids, scattered back into full-vocabulary logits (-inf elsewhere). Drafts are then restricted
-to the subset; verification is unchanged, so output stays exactly the target's. Pick the subset by frequency in
-text the target generates (``token_counts`` below), so that nearly every token the target would accept remains
-draftable.
+a reduced draft vocabulary: an ``output.weight`` of [n_embd, n_draft] rows plus a ``d2t`` tensor mapping draft
+rows to target ids, scattered back into full-vocabulary logits (-inf elsewhere). Drafts are then restricted to the
+subset; verification is unchanged, so output stays exactly the target's. Pick the subset by frequency in text the
+target generates (``token_counts`` below), so that nearly every token the target would accept remains draftable.
+
+``d2t`` is written as I32 by default: with it, our llama.cpp (patches/0011) answers a greedy drafter with the
+argmax of the reduced logits mapped through d2t, and never scatters 262,144 floats per row. Upstream reads only an
+I64 ``d2t``; ``d2t_type="I64"`` writes that (the scatter then always runs).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from .gguf_meta import read_metadata
 HEAD_TYPES = {"F32": gguf.GGMLQuantizationType.F32, "F16": gguf.GGMLQuantizationType.F16,
               "Q8_0": gguf.GGMLQuantizationType.Q8_0,
               "Q4_0": gguf.GGMLQuantizationType.Q4_0}
+D2T_TYPES = {"I32": np.int32, "I64": np.int64}
 
 
 def token_counts(token_lists: Iterable[Sequence[int]]) -> Counter:
@@ -58,7 +62,7 @@ def _embedding_rows(target: pathlib.Path, ids: Sequence[int]) -> np.ndarray:
 
 
 def write_reduced_head(drafter: str | pathlib.Path, target: str | pathlib.Path, ids: Sequence[int],
-                       out: str | pathlib.Path, head_type: str = "Q8_0") -> pathlib.Path:
+                       out: str | pathlib.Path, head_type: str = "Q8_0", d2t_type: str = "I32") -> pathlib.Path:
     """Copy ``drafter`` to ``out`` with an own lm_head restricted to ``ids`` (target token ids)."""
     drafter, target, out = pathlib.Path(drafter), pathlib.Path(target), pathlib.Path(out)
     dmeta = read_metadata(drafter)
@@ -66,6 +70,8 @@ def write_reduced_head(drafter: str | pathlib.Path, target: str | pathlib.Path, 
         raise IncompatibleDrafter(f"{drafter.name} is '{dmeta.arch}', not an upstream-layout dflash drafter")
     if "output.weight" in dmeta.tensors or "d2t" in dmeta.tensors:
         raise IncompatibleDrafter(f"{drafter.name} already has its own head")
+    if d2t_type not in D2T_TYPES:
+        raise ValueError(f"d2t type must be one of {sorted(D2T_TYPES)}")
     ids = sorted({int(i) for i in ids})
     n_vocab = len(dmeta.get("tokenizer.ggml.tokens") or [])
     if not ids or ids[0] < 0 or (n_vocab and ids[-1] >= n_vocab):
@@ -94,7 +100,7 @@ def write_reduced_head(drafter: str | pathlib.Path, target: str | pathlib.Path, 
         w.add_tensor("output.weight", head.astype(np.float16))
     else:
         w.add_tensor("output.weight", gguf.quants.quantize(head, qtype), raw_dtype=qtype)
-    w.add_tensor("d2t", np.asarray(ids, dtype=np.int64))
+    w.add_tensor("d2t", np.asarray(ids, dtype=D2T_TYPES[d2t_type]))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
