@@ -55,6 +55,9 @@
 #                     graph reuse off (LLAMA_GRAPH_REUSE_DISABLE), with CUDA graphs off (GGML_CUDA_DISABLE_GRAPHS), with
 #                     debug lines reaching Python (GGML_LOG_SKIP_DEBUG=0: patches/0010 off); the random one-layer
 #                     drafter for the block's fixed part
+#   remote.sh d2t     patches/0011 on the cost bar: step_costs.py (shipped drafter, I32 d2t) with the greedy picks over
+#                     the reduced vocabulary and with the scatter into the whole one (PYDFLASH_D2T_SCATTER=1), twice
+#                     each, alternating
 #   remote.sh slots   scripts/bench_slots.py (issue 13's per-slot slope): KV pool vs streams, with patches/0005
 #                     and with upstream's per-row argmax (PYDFLASH_PER_ROW_GREEDY)
 # Order: part 0, part 0b, part 1b, start (carrying g1 and head.tgz), part 2 .. part N (part c0, part c1 before gen), then the
@@ -286,6 +289,14 @@ split)
         env ${v#*:} python3 scripts/step_costs.py --ngl -1 $shipped --out $OUT/step_costs_${v%%:*}.json 2>&1 | tail -2
     done
     python3 scripts/step_costs.py --ngl -1 --out $OUT/step_costs_random1.json 2>&1 | tail -2 ;;
+d2t)
+    use_build
+    for i in 1 2; do
+        env -u PYDFLASH_D2T_SCATTER python3 scripts/step_costs.py --ngl -1 \
+            --drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf --out $OUT/step_costs_picks_$i.json 2>&1 | tail -1
+        PYDFLASH_D2T_SCATTER=1 python3 scripts/step_costs.py --ngl -1 \
+            --drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf --out $OUT/step_costs_scatter_$i.json 2>&1 | tail -1
+    done ;;
 slots)
     use_build
     python3 scripts/bench_slots.py --ngl -1 --threads 8 --slots 1,8,16,64,128 --prompt 256 --out $OUT/slots_gpu.json
