@@ -10,6 +10,9 @@ callback under PYDFLASH_VERBOSE) and prints markers between phases, so the test 
                                              lines llama.cpp's logger passed to our callback, by level, as JSON
     python _probe_patches.py drafts TARGET DRAFTER  speculative greedy generation; prints the output and every
                                              block's drafts as JSON
+    python _probe_patches.py reuse TARGET DRAFTER [STEPS]  speculative greedy generation with a fixed block; prints
+                                             the output, each context's graph reuses and forwards, and the seconds
+                                             of the last STEPS steps as JSON
 """
 
 import sys
@@ -34,6 +37,9 @@ def main(what: str, path: str) -> None:
         return
     if what == "drafts":
         drafts(path, sys.argv[3])
+        return
+    if what == "reuse":
+        reuse(path, sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 0)
         return
     model = Model(path)
     tokens = [(i * 13 + 5) % (model.n_vocab - 16) + 8 for i in range(24)]
@@ -174,6 +180,33 @@ def drafts(target: str, drafter: str) -> None:
         res = llm.generate(prompt, max_tokens=24, ignore_eos=True)
         sys.stderr.write("@@ done\n")
     print(json.dumps({"tokens": res.tokens, "drafts": [sorted(d.items()) for d in seen]}))
+
+
+def reuse(target: str, drafter: str, timed_steps: int) -> None:
+    import json
+    import time
+
+    from pydflash import api
+    from pydflash.config import EngineConfig
+    from pydflash.engine.request import Request
+
+    cfg = EngineConfig(n_ctx_slot=128 + 8 * timed_steps, adaptive=False, draft_max=7, lookup=False)
+    with api.load(target, drafter, config=cfg) as llm:
+        eng = llm.engine
+        prompt = llm.tokenize("def add(a, b):\n    return a + b\n")
+        res = llm.generate(prompt, max_tokens=48, ignore_eos=True)
+        d, t = eng.drafter.ctx, eng.target_ctx
+        out = {"tokens": res.tokens, "drafter_reused": d.graphs_reused, "drafter_forwards": d.n_writes,
+               "target_reused": t.graphs_reused, "target_forwards": t.n_writes}
+        if timed_steps:  # a long request: the wall time of its later steps (graphs settled)
+            eng.submit(Request(prompt, max_tokens=8 * timed_steps, ignore_eos=True, cache_prompt=False))
+            for _ in range(8):
+                eng.step()
+            t0 = time.perf_counter()
+            for _ in range(timed_steps):
+                eng.step()
+            out["ms_per_step"] = round(1e3 * (time.perf_counter() - t0) / timed_steps, 3)
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

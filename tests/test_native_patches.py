@@ -1,8 +1,8 @@
 """patches/0003 and 0005 (one argmax over all greedy rows of a batch), patches/0004 (feature extraction toggled
 without a reserve), patches/0006 (9..16-column products as MMVQ passes on Hopper: runs only on such a GPU),
 patches/0007 (a CUDA graph per graph shape: runs only on a CUDA GPU), patches/0009 (a rollback walks its own
-sequence's cells), patches/0010 (debug lines stop in C unless PYDFLASH_VERBOSE) and patches/0011 (a greedy
-drafter's picks over its reduced vocabulary).
+sequence's cells), patches/0010 (debug lines stop in C unless PYDFLASH_VERBOSE), patches/0011 (a greedy
+drafter's picks over its reduced vocabulary) and patches/0012 (a spare scheduler keeps both graph slots).
 
 All are about cost, so the tests read what llama.cpp did from its own debug log where it logs it (GGML_SCHED_DEBUG=2
 lists every graph node; a scheduler reserve logs "reserving"), in a subprocess, and check the results stay exact.
@@ -26,7 +26,8 @@ PROBE = os.path.join(os.path.dirname(__file__), "_probe_patches.py")
 
 def run_probe(*args, verbose: bool = True, **env_extra):
     env = {k: v for k, v in os.environ.items()
-           if k not in ("PYDFLASH_PER_ROW_GREEDY", "GGML_SCHED_DEBUG", "PYDFLASH_VERBOSE", "GGML_LOG_SKIP_DEBUG")}
+           if k not in ("PYDFLASH_PER_ROW_GREEDY", "GGML_SCHED_DEBUG", "PYDFLASH_VERBOSE", "GGML_LOG_SKIP_DEBUG",
+                        "PYDFLASH_D2T_SCATTER", "PYDFLASH_SPARE_SCHED")}
     env.update(PYDFLASH_VERBOSE="1" if verbose else "", **env_extra)
     out = subprocess.run([sys.executable, PROBE, *map(str, args)], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -269,3 +270,20 @@ def test_greedy_drafter_picks_skip_the_vocabulary_scatter(tiny, tmp_path):
     assert not any("FILL" in ln for ln in nodes32)
     assert any("FILL" in ln for ln in nodes64) and not any("greedy_picks_d2t" in ln for ln in nodes64)
     assert out32 == out64 and any(d for step in out32["drafts"] for _, d in step)
+
+
+def test_spare_scheduler_keeps_the_injection_and_block_graphs(tiny):
+    """patches/0012 (PYDFLASH_SPARE_SCHED=1): a drafting step injects feature rows (a batch without outputs) and then
+    runs the block (with outputs) on the drafter's context. llama.cpp keeps one allocated graph per context, so the
+    two rebuilt each other's graph every step: no drafter forward reused one. With the spare scheduler each slot's
+    graph stays allocated: with a fixed block (and a random drafter, whose injections are one row each) most
+    drafter forwards reuse their graph, and the output is the same."""
+    import json
+
+    p = tiny("gemma3")
+    plain, _ = run_probe("reuse", p.target, p.drafter, verbose=False)
+    spare, _ = run_probe("reuse", p.target, p.drafter, verbose=False, PYDFLASH_SPARE_SCHED="1")
+    plain, spare = json.loads(plain), json.loads(spare)
+    assert spare["tokens"] == plain["tokens"] and spare["drafter_forwards"] == plain["drafter_forwards"]
+    assert plain["drafter_reused"] == 0, plain
+    assert spare["drafter_reused"] >= plain["drafter_forwards"] // 2, spare

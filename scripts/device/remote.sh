@@ -58,6 +58,9 @@
 #   remote.sh d2t     patches/0011 on the cost bar: step_costs.py (shipped drafter, I32 d2t) with the greedy picks over
 #                     the reduced vocabulary and with the scatter into the whole one (PYDFLASH_D2T_SCATTER=1), twice
 #                     each, alternating
+#   remote.sh spare   patches/0012 (opt-in): step_costs.py (shipped drafter) without and with PYDFLASH_SPARE_SCHED=1,
+#                     twice each, alternating: the drafting step's drafter work (steady_draft_*) and a verify after a
+#                     plain step, each with its graph reuses
 #   remote.sh slots   scripts/bench_slots.py (issue 13's per-slot slope): KV pool vs streams, with patches/0005
 #                     and with upstream's per-row argmax (PYDFLASH_PER_ROW_GREEDY)
 # Order: part 0, part 0b, part 1b, start (carrying g1 and head.tgz), part 2 .. part N (part c0, part c1 before gen), then the
@@ -296,6 +299,14 @@ d2t)
             --drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf --out $OUT/step_costs_picks_$i.json 2>&1 | tail -1
         PYDFLASH_D2T_SCATTER=1 python3 scripts/step_costs.py --ngl -1 \
             --drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf --out $OUT/step_costs_scatter_$i.json 2>&1 | tail -1
+    done ;;
+spare)
+    use_build
+    for i in 1 2; do
+        env -u PYDFLASH_SPARE_SCHED python3 scripts/step_costs.py --ngl -1 \
+            --drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf --out $OUT/step_costs_onesched_$i.json 2>&1 | tail -1
+        PYDFLASH_SPARE_SCHED=1 python3 scripts/step_costs.py --ngl -1 \
+            --drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf --out $OUT/step_costs_spare_$i.json 2>&1 | tail -1
     done ;;
 slots)
     use_build
