@@ -79,14 +79,14 @@ def test_the_shipped_drafter_has_its_own_head_inside_the_size_cap():
     from pydflash.defaults import MODELS_DIR, SHIPPED_DRAFTER
 
     meta = read_metadata(SHIPPED_DRAFTER)
+    tokens = meta.get("tokenizer.ggml.tokens")
     info = meta.tensors["d2t"]  # gguf's reader would also parse the 262k-token vocabulary: ~15 s
     # I32: what our llama.cpp's greedy drafter picks map through without a vocabulary scatter (patches/0011)
     assert info.ggml_type == gguf.GGMLQuantizationType.I32
     d2t = np.fromfile(SHIPPED_DRAFTER, dtype=np.int32, count=info.dims[0], offset=info.offset)
     head = meta.tensors["output.weight"]
     assert head.dims == (640, len(d2t)) and head.ggml_type == gguf.GGMLQuantizationType.Q8_0
-    assert np.all(np.diff(d2t) > 0) and d2t[0] >= 0 and d2t[-1] < len(meta.get("tokenizer.ggml.tokens"))
-    tokens = meta.get("tokenizer.ggml.tokens")
+    assert np.all(np.diff(d2t) > 0) and d2t[0] >= 0 and d2t[-1] < len(tokens)
     eot = tokens.index("<end_of_turn>")
     assert {int(meta.get("tokenizer.ggml.eos_token_id")), eot} <= set(d2t.tolist())
     assert sum(p.stat().st_size for p in MODELS_DIR.iterdir() if p.is_file()) <= 60_000_000

@@ -106,6 +106,15 @@ use_build() {
     export PYDFLASH_TREE_COMMIT="${PYDFLASH_TREE_COMMIT:-$(cat $W/commit.txt) (HEAD when g1 was packed)}"
 }
 
+costs_off_on() {  # VAR OFF ON: step_costs.py (shipped drafter) without VAR and with VAR=1, twice each, alternating
+    for i in 1 2; do
+        env -u "$1" python3 scripts/step_costs.py --ngl -1 \
+            --drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf --out $OUT/step_costs_$2_$i.json 2>&1 | tail -1
+        env "$1=1" python3 scripts/step_costs.py --ngl -1 \
+            --drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf --out $OUT/step_costs_$3_$i.json 2>&1 | tail -1
+    done
+}
+
 assemble_model() {
     if [ ! -f $W/gemma.gguf ]; then
         cat $W/part* > $W/gemma.gguf.tmp && sha256sum $W/gemma.gguf.tmp | cut -c1-64 | diff - $W/model.sha256 \
@@ -294,20 +303,10 @@ split)
     python3 scripts/step_costs.py --ngl -1 --out $OUT/step_costs_random1.json 2>&1 | tail -2 ;;
 d2t)
     use_build
-    for i in 1 2; do
-        env -u PYDFLASH_D2T_SCATTER python3 scripts/step_costs.py --ngl -1 \
-            --drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf --out $OUT/step_costs_picks_$i.json 2>&1 | tail -1
-        PYDFLASH_D2T_SCATTER=1 python3 scripts/step_costs.py --ngl -1 \
-            --drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf --out $OUT/step_costs_scatter_$i.json 2>&1 | tail -1
-    done ;;
+    costs_off_on PYDFLASH_D2T_SCATTER picks scatter ;;
 spare)
     use_build
-    for i in 1 2; do
-        env -u PYDFLASH_SPARE_SCHED python3 scripts/step_costs.py --ngl -1 \
-            --drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf --out $OUT/step_costs_onesched_$i.json 2>&1 | tail -1
-        PYDFLASH_SPARE_SCHED=1 python3 scripts/step_costs.py --ngl -1 \
-            --drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf --out $OUT/step_costs_spare_$i.json 2>&1 | tail -1
-    done ;;
+    costs_off_on PYDFLASH_SPARE_SCHED onesched spare ;;
 slots)
     use_build
     python3 scripts/bench_slots.py --ngl -1 --threads 8 --slots 1,8,16,64,128 --prompt 256 --out $OUT/slots_gpu.json
