@@ -1,12 +1,55 @@
 #!/usr/bin/env python3
-"""Native llama-server against pydflash-server, side by side through HTTP, one run on one machine (issue 13).
+"""Native llama-server against pydflash-server, side by side through HTTP, one run on one machine.
 
-Conditions (ids for --only / --skip, which take comma-separated fnmatch patterns such as ``native-*``):
+Two modes. ``--defaults`` (what a user gets; its report leads) measures both servers as shipped; without it, the
+held-out-prompt conditions below compare tuned setups (threads, draft lengths, cache_prompt false, synthetic
+acceptance).
 
-- ``native-plain``, ``native-bs``: llama-server from the vendored tree, without / with backend sampling (``-bs``);
+``--defaults``: conditions (ids for --only / --skip)
+
+- ``native-bs``: llama-server ``-kvu -bs`` (--llama-server: on the device the build of the pinned tree WITHOUT
+  patches/, so that it is the server a user of that llama.cpp runs);
+- ``py-plain`` (``--no-spec``), ``py-dflash`` (the shipped drafter), ``py-random`` (a random drafter): pydflash-server
+  with no other flag;
+- secondary: ``py-plain-nocache``, ``py-dflash-nocache``: the same with the prompt cache off
+  (``--no-cache-reuse --cache-ram 0``).
+
+Every server gets only the model, ``-np`` (the largest level), the context (``--ctx``, 4096 per slot; native ``-c``
+is the total) and ``-ngl``: no threads, cache or draft flags. All servers run at once and each level's rounds are
+interleaved across them (as ``--interleave`` below). Workloads (``--workloads``, each its own table; a workload runs
+the conditions its targets need):
+
+- ``recur`` / ``recur-stream``: the frozen fresh prompt set (scripts/bench/prompts_fresh_v1.jsonl, 78 prompts
+  written for this and used for nothing else) as text, non-streamed / streamed. Client i of C starts at prompt
+  i * 78 // C and walks the set, cycling, so prompts recur across clients, rounds and levels as in real traffic.
+  Bodies: ``prompt``, ``max_tokens`` = --tokens, ``temperature`` 0, ``ignore_eos``; NO ``cache_prompt`` (each
+  server's own default);
+- ``noreuse``: the same prompts, each behind a first line of random words and its own key: no request shares a
+  prefix with an earlier one (what the cache costs when it never helps);
+- ``chat``: C clients (--chat-clients) each run one of the 8 conversations of scripts/bench/chat_fresh_v1.json
+  (client i: conversation i mod 8), 6 user turns one after another; each turn sends the shared ~1,100-token
+  system prompt, a session line (new each round), the transcript so far and the new user turn as one Gemma-format
+  text prompt (``temperature`` 0, ``max_tokens`` --chat-tokens, ``stop`` at the turn markers), and the reply is
+  appended to the transcript. tok/s and the round's wall time;
+- ``recur-cp0`` (secondary, not in the default list): ``recur`` with ``cache_prompt: false`` in every body.
+
+The report (markdown) opens with the targets: shipped pair >= 1.5x native -bs at every level, non-streamed and
+streamed; cache on >= 0.97x cache off on ``noreuse``; cache on >= 1.3x cache off on ``chat`` at 8 clients; shipped
+pair >= 1.0x pydflash plain; random drafter >= 0.97x plain. Without a llama-server binary the native condition is
+skipped (noted in the report).
+
+    .venv/bin/python scripts/bench_http.py --defaults --ngl -1 --out-dir docs/defaults
+    .venv/bin/python scripts/bench_http.py --defaults --clients 1,2 --rounds 1 --tokens 16 --chat-clients 1 \\
+        --chat-turns 2 --chat-tokens 16 --out-dir /tmp/smoke                                  # a CPU smoke
+
+Held-out-prompt mode: conditions (ids for --only / --skip, which take comma-separated fnmatch patterns such as
+``native-*``):
+
+- ``native-plain``, ``native-bs``: llama-server (--llama-server), without / with backend sampling (``-bs``);
 - ``native-dflash``: the same with the shipped drafter (``-md D --spec-type draft-dflash``), ``-bs`` and draft-side
   backend sampling (``--spec-draft-backend-sampling``);
-- ``native-synth1/4/8``: the same at forced mean acceptance length L (``--spec-synth-len L``; L counts the bonus token);
+- ``native-synth1/4/8``: the same at forced mean acceptance length L (``--spec-synth-len L``; L counts the bonus
+  token). These two run --llama-server-patched where given (the shipped GGUF's reduced head, patches/0011);
 - ``py-plain``: pydflash-server ``--no-spec``; ``py-synth1/4/8``: ``-md D --spec-synth-len L`` (fixed block);
 - ``py-dflash``: ``-md D``, adaptive drafting (the server's default);
 - ``py-random``: a random (useless) drafter, adaptive: the "never below 0.97x of plain" target (the drafter
@@ -49,15 +92,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import fnmatch
+import hashlib
 import json
 import os
 import pathlib
+import random
 import shlex
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from dataclasses import dataclass
 
@@ -132,21 +178,162 @@ TARGETS = [
 ]
 
 
-def select(only: str, skip: str) -> list[Condition]:
+# --- the defaults mode (--defaults): what a user gets ---------------------------------------------------------------
+# Both servers with their own defaults: only the model, slots, context and GPU layers are given (native also -kvu and
+# -bs, its fastest plain setup on the H200: see NATIVE_PLAINS), no threads, no cache flags, no draft length. The
+# native baseline is whatever --llama-server names: on the device, llama-server built from the pinned tree without
+# patches/ (scripts/device/remote.sh), so that it is the server a user of that llama.cpp would run.
+NOCACHE = ("--no-cache-reuse", "--cache-ram", "0")
+DEFAULT_CONDITIONS = [
+    Condition("native-bs", "native", "llama-server -kvu -bs", ("-kvu", "-bs")),
+    Condition("py-plain", "pydflash", "pydflash plain (--no-spec)", ("--no-spec",)),
+    Condition("py-dflash", "pydflash", "pydflash, shipped drafter", (), "shipped"),
+    Condition("py-random", "pydflash", "pydflash, random drafter", (), "random"),
+    # secondary: what the prompt cache is worth, on (the default) against off
+    Condition("py-plain-nocache", "pydflash", "pydflash plain, cache off (--no-cache-reuse --cache-ram 0)",
+              ("--no-spec", *NOCACHE)),
+    Condition("py-dflash-nocache", "pydflash", "pydflash, shipped drafter, cache off (--no-cache-reuse --cache-ram 0)",
+              NOCACHE, "shipped"),
+]
+BENCH_DIR = REPO / "scripts" / "bench"
+FRESH_PROMPTS = BENCH_DIR / "prompts_fresh_v1.jsonl"
+FRESH_CHAT = BENCH_DIR / "chat_fresh_v1.json"
+# frozen (scripts/bench/README.md): a benchmark on an edited file would not be comparable with earlier runs
+FROZEN_SHA256 = {
+    FRESH_PROMPTS.name: "890325a554298d55cf474f9f84a60ec54add483def91a6557e5da453815e8b2f",
+    FRESH_CHAT.name: "c11725fb6aa192b6c23a8d8657b7b34f107a2e57a435b9aafd76eceec083bff9",
+}
+# the model's turn ends at an EOG token both servers stop at; the stop strings only bound a reply that runs on
+CHAT_STOP = ["<end_of_turn>", "<start_of_turn>"]
+
+
+@dataclass(frozen=True)
+class Workload:
+    id: str
+    label: str
+    kind: str  # "recur": the fresh set, recurring; "noreuse": each prompt behind a line never sent before; "chat"
+    stream: bool = False
+    conds: tuple[str, ...] = ("*",)  # fnmatch patterns: the conditions that run it (the others would add no target)
+    body: tuple[tuple[str, object], ...] = ()  # body fields on top of the defaults' (none: each server's default)
+
+
+WORKLOADS = [
+    Workload("recur", "fresh prompts, recurring, non-streamed", "recur"),
+    Workload("recur-stream", "fresh prompts, recurring, streamed", "recur", stream=True),
+    Workload("noreuse", "fresh prompts, each behind a first line never sent before (no prefix reuse), non-streamed",
+             "noreuse", conds=("py-plain*", "py-dflash*")),
+    Workload("chat", "multi-turn chat, a shared ~1,100-token system prompt, non-streamed", "chat",
+             conds=("native-bs", "py-plain*", "py-dflash*")),
+    # secondary, not in the default list: the requests ask for no prompt cache (the llama-server field)
+    Workload("recur-cp0", "fresh prompts, recurring, non-streamed, requests with cache_prompt: false", "recur",
+             conds=("native-bs", "py-plain", "py-dflash"), body=(("cache_prompt", False),)),
+]
+DEFAULT_WORKLOADS = "recur,recur-stream,noreuse,chat"
+
+# (the issue's words, workload, condition, clients (None = every level), reference, comparison, bound)
+DEFAULT_TARGETS = [
+    ("shipped pair vs native -bs, non-streamed", "recur", "py-dflash", None, "native-bs", ">=", 1.5),
+    ("shipped pair vs native -bs, streamed", "recur-stream", "py-dflash", None, "native-bs", ">=", 1.5),
+    ("cache on vs off, no prefix reuse, plain", "noreuse", "py-plain", None, "py-plain-nocache", ">=", 0.97),
+    ("cache on vs off, no prefix reuse, shipped pair", "noreuse", "py-dflash", None, "py-dflash-nocache", ">=", 0.97),
+    ("cache on vs off, chat, c8, plain", "chat", "py-plain", 8, "py-plain-nocache", ">=", 1.3),
+    ("cache on vs off, chat, c8, shipped pair", "chat", "py-dflash", 8, "py-dflash-nocache", ">=", 1.3),
+    ("shipped pair vs pydflash plain, non-streamed", "recur", "py-dflash", None, "py-plain", ">=", 1.0),
+    ("shipped pair vs pydflash plain, streamed", "recur-stream", "py-dflash", None, "py-plain", ">=", 1.0),
+    ("random drafter vs plain, non-streamed", "recur", "py-random", None, "py-plain", ">=", 0.97),
+    ("random drafter vs plain, streamed", "recur-stream", "py-random", None, "py-plain", ">=", 0.97),
+]
+
+
+def frozen_text(path: pathlib.Path) -> str:
+    """A frozen input's text, refused when it is not the recorded one."""
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != FROZEN_SHA256[path.name]:
+        raise SystemExit(f"bench_http: {path} is not the frozen file (sha256 differs from scripts/bench/README.md)")
+    return data.decode("utf-8")
+
+
+def fresh_prompts() -> list[str]:
+    return [json.loads(line)["prompt"] for line in frozen_text(FRESH_PROMPTS).splitlines() if line.strip()]
+
+
+def fresh_chat() -> dict:
+    return json.loads(frozen_text(FRESH_CHAT))
+
+
+def walk_index(n: int, clients: int, client: int, k: int) -> int:
+    """The prompt of a client's k-th request at a level (warm-up included): client i of C starts at i * n // C and
+    walks the set in order, cycling, so that prompts recur across clients and rounds as in real traffic."""
+    return (client * n // clients + k) % n
+
+
+NOREUSE_WORDS = (
+    "amber", "basalt", "cobalt", "dune", "ember", "fjord", "garnet", "harbor", "indigo", "juniper", "kestrel",
+    "lantern", "meadow", "nickel", "orchid", "pebble", "quarry", "raven", "saffron", "thistle", "umber", "velvet",
+    "willow", "yarrow", "zephyr", "acorn", "birch", "canyon", "delta", "falcon", "glacier", "heron")
+
+
+def unique_line(*key) -> str:
+    """A first line that no other key gets: random words (so that two prompts part from their first token on) and
+    the key itself (so that they always part). Deterministic: every server sees the same prompts."""
+    words = random.Random("/".join(map(str, key))).sample(NOREUSE_WORDS, 5)
+    return " ".join(words) + " (" + "-".join(map(str, key)) + ")"
+
+
+def defaults_body(wl: Workload, prompt: str, a: argparse.Namespace) -> dict:
+    """A request of the recurring and no-reuse workloads: greedy, ignore_eos, max_tokens; no cache_prompt (each
+    server's default) unless the workload sets it."""
+    return {"prompt": prompt, "max_tokens": a.tokens, "temperature": 0, "ignore_eos": True, **dict(wl.body)}
+
+
+def chat_body(prompt: str, a: argparse.Namespace) -> dict:
+    """A chat turn: greedy until the model ends its turn (or --chat-tokens); no cache_prompt (the server's default)."""
+    return {"prompt": prompt, "max_tokens": a.chat_tokens, "temperature": 0, "stop": CHAT_STOP}
+
+
+def chat_prompt(system: str, exchanges: list[tuple[str, str]], user: str, session: str) -> str:
+    """System prompt + transcript so far + the new user turn, in Gemma's turn format, as one text prompt (Gemma has
+    no system role: the system prompt opens the first user turn). The session line after the system prompt keeps one
+    round's conversations from replaying an earlier round's, while every session shares the system prompt."""
+    users = [u for u, _ in exchanges] + [user]
+    users[0] = f"{system}\n\n[chat {session}]\n{users[0]}"
+    parts = []
+    for k, u in enumerate(users):
+        parts.append(f"<start_of_turn>user\n{u}<end_of_turn>\n<start_of_turn>model\n")
+        if k < len(exchanges):
+            parts.append(f"{exchanges[k][1]}<end_of_turn>\n")
+    return "".join(parts)
+
+
+def runs_workload(wl: Workload, cond_id: str) -> bool:
+    return any(fnmatch.fnmatch(cond_id, p) for p in wl.conds)
+
+
+def select_workloads(names: str) -> list[Workload]:
+    known = {w.id: w for w in WORKLOADS}
+    out = [known.get(n.strip()) for n in names.split(",") if n.strip()]
+    if None in out:
+        raise SystemExit(f"bench_http: unknown workload in {names!r}; known: {', '.join(known)}")
+    return out
+
+
+def select(only: str, skip: str, table: list[Condition] = CONDITIONS) -> list[Condition]:
     def match(c: Condition, pats: str) -> bool:
         return any(fnmatch.fnmatch(c.id, p.strip()) for p in pats.split(",") if p.strip())
 
-    known = [c.id for c in CONDITIONS]
+    known = [c.id for c in table]
     for pats in (only, skip):
         for p in (p.strip() for p in pats.split(",") if p.strip()):
             if not any(fnmatch.fnmatch(k, p) for k in known):
                 raise SystemExit(f"bench_http: {p!r} matches no condition; known: {', '.join(known)}")
-    return [c for c in CONDITIONS if (not only or match(c, only)) and not match(c, skip)]
+    return [c for c in table if (not only or match(c, only)) and not match(c, skip)]
 
 
 def server_args(cond: Condition, a: argparse.Namespace, target: str, drafters: dict[str, str]) -> list[str]:
     """The flags of one condition's server. The shared ones mean the same thing on both servers, except the
     context: native -c is the total KV, split evenly over -np slots."""
+    if getattr(a, "defaults", False):
+        return defaults_server_args(cond, a, target, drafters)
     slots = max(a.clients)
     md = ["-md", drafters[cond.drafter]] if cond.drafter else []
     if cond.server == "pydflash":
@@ -159,6 +346,17 @@ def server_args(cond: Condition, a: argparse.Namespace, target: str, drafters: d
     # batches on slot ids 8-15 at 14-22 ms per token against 2-3 ms on ids 0-7 (docs/benchmarks.md)
     return ["-m", target, *md, "-np", str(slots), "-c", str(a.ctx * slots), "-kvu", "-t", str(a.threads), "-ngl", ngl,
             *cond.args]
+
+
+def defaults_server_args(cond: Condition, a: argparse.Namespace, target: str, drafters: dict[str, str]) -> list[str]:
+    """--defaults: the model, slots, context and GPU layers, then the condition's own flags; nothing else."""
+    slots = a.slots
+    md = ["-md", drafters[cond.drafter]] if cond.drafter else []
+    if cond.server == "pydflash":
+        return ["-m", target, *md, "-np", str(slots), "-c", str(a.ctx), "-ngl", str(a.ngl),
+                *(["-v"] if a.py_verbose else []), *cond.args]
+    ngl = "all" if a.ngl < 0 else str(a.ngl)
+    return ["-m", target, "-np", str(slots), "-c", str(a.ctx * slots), "-ngl", ngl, *cond.args]
 
 
 # --- inputs -------------------------------------------------------------------------------------------------------
@@ -217,31 +415,60 @@ async def run_round(client: httpx.AsyncClient, prompts: list[list[int]], first: 
             out.append(await stream_completion(client, body))
         return out
 
+    return await timed_clients(one_client, clients)
+
+
+async def timed_clients(one_client, clients: int) -> dict:
+    """Run one_client(i) for i < clients at once; the round's record over their requests and its wall time."""
     t0 = time.perf_counter()
     runs = [r for rs in await asyncio.gather(*(one_client(i) for i in range(clients))) for r in rs]
-    wall = time.perf_counter() - t0
+    return round_stats(runs, time.perf_counter() - t0)
+
+
+def round_stats(runs: list[dict], wall: float) -> dict:
+    """One round's record from its requests (stream_completion's or complete()'s results)."""
+    def timing(key: str, r: dict):
+        return (r["timings"] or {}).get(key, 0)
+
     done = sum(r["usage"]["completion_tokens"] for r in runs if r["usage"])
-    drafted = sum((r["timings"] or {}).get("draft_n", 0) for r in runs)
-    accepted = sum((r["timings"] or {}).get("draft_n_accepted", 0) for r in runs)
+    drafted = sum(timing("draft_n", r) for r in runs)
+    accepted = sum(timing("draft_n_accepted", r) for r in runs)
+    # both servers report the whole prompt in usage.prompt_tokens and the part their cache supplied in timings.cache_n
+    prompt = sum((r["usage"] or {}).get("prompt_tokens", 0) for r in runs)
+    cached = sum(timing("cache_n", r) for r in runs)
     # pydflash-server's engine split (timings.steps, *_ms; native has none): ms per engine step, per part. The
     # step's wall through HTTP is the round's wall over its steps at 1 client; the gap to the split is the server's
-    steps = sum((r["timings"] or {}).get("steps", 0) for r in runs)
-    split = {p: round(sum((r["timings"] or {}).get(f"{p}_ms", 0.0) for r in runs) / steps, 4) if steps else None
+    steps = sum(timing("steps", r) for r in runs)
+    split = {p: round(sum(timing(f"{p}_ms", r) for r in runs) / steps, 4) if steps else None
              for p in ("draft", "verify", "commit", "host")}
     return {
         "wall_s": round(wall, 4), "requests": len(runs), "completion_tokens": done,
         "tok_per_s": round(done / wall, 2),
         "ttft_ms_p50": ms(pct([r["frames"][0] - r["t0"] for r in runs if r["frames"]], 0.5)),
+        "latency_ms_p50": ms(pct([r["t1"] - r["t0"] for r in runs], 0.5)),
+        "prompt_tokens": prompt, "cache_n": cached, "cached_share": round(cached / prompt, 4) if prompt else None,
         "draft_n": drafted, "draft_n_accepted": accepted,
         "acceptance": round(accepted / drafted, 4) if drafted else None,
         # tokens per target forward of a slot: each verify (or plain) step commits one token the drafter did not
         # supply, so this is tau (bonus included), averaged over drafting and non-drafting steps alike. Drafts
         # accepted past max_tokens may be counted by a server without being delivered: short runs overstate it
         "tokens_per_step": round(done / (done - accepted), 3) if done > accepted else None,
-        **({"engine_steps": steps, "draft_steps": sum((r["timings"] or {}).get("draft_steps", 0) for r in runs),
-            "engine_ms_per_step": split, "prefill_ms": round(sum(r["timings"]["prompt_ms"] for r in runs), 3)}
+        **({"engine_steps": steps, "draft_steps": sum(timing("draft_steps", r) for r in runs),
+            "engine_ms_per_step": split, "prefill_ms": round(sum(timing("prompt_ms", r) for r in runs), 3)}
            if steps else {}),
     }
+
+
+async def complete(client: httpx.AsyncClient, body: dict) -> dict:
+    """POST a non-streamed completion; the same record as stream_completion's (no frames), plus the text."""
+    t0 = time.perf_counter()
+    r = await client.post("/v1/completions", json=body)
+    t1 = time.perf_counter()
+    if r.status_code != 200:
+        raise StreamError(f"HTTP {r.status_code}: {r.content[:500]!r}")
+    obj = r.json()
+    return {"t0": t0, "t1": t1, "frames": [], "usage": obj.get("usage"), "timings": obj.get("timings"),
+            "text": ((obj.get("choices") or [{}])[0]).get("text") or ""}
 
 
 def requests_at(a: argparse.Namespace, clients: int) -> int:
@@ -278,14 +505,18 @@ def summarize(rounds: list[dict]) -> dict:
             return None
         return {"median": round(statistics.median(xs), 3), "min": min(xs), "max": max(xs)}
 
-    return {k: spread(k) for k in ("tok_per_s", "ttft_ms_p50", "acceptance", "tokens_per_step")}
+    return {k: spread(k) for k in ("tok_per_s", "ttft_ms_p50", "latency_ms_p50", "wall_s", "cached_share",
+                                   "acceptance", "tokens_per_step")}
 
 
 def start_condition(cond: Condition, a: argparse.Namespace, target: str, drafters: dict[str, str],
                     llama_server: str, log_dir: pathlib.Path) -> tuple[dict, Server | None]:
     """(the condition's result record, its running server or None when it did not start)."""
     args = server_args(cond, a, target, drafters)
-    program = [llama_server] if cond.server == "native" else None
+    # native DFlash reads the shipped GGUF's reduced head through patches/0011: those conditions may name the
+    # patched build while the plain ones run the pristine one
+    binary = (getattr(a, "llama_server_patched", None) or llama_server) if cond.drafter else llama_server
+    program = [binary] if cond.server == "native" else None
     log_path = log_dir / f"{cond.id}.log"
     res: dict = {"label": cond.label, "server": cond.server, "levels": {}}
     try:
@@ -313,8 +544,10 @@ def record_level(res: dict, cond_id: str, clients: int, rounds: list[dict] | Non
         print(f"  {cond_id} c{clients}: ERROR {res['levels'][str(clients)]['error']}", file=sys.stderr, flush=True)
         return
     res["levels"][str(clients)] = s = {"rounds": rounds, **summarize(rounds)}
+    lat = ("TTFT", s["ttft_ms_p50"]) if s["ttft_ms_p50"] else ("latency", s["latency_ms_p50"])
     print(f"  {cond_id} c{clients}: {s['tok_per_s']['median']} tok/s [{s['tok_per_s']['min']}-"
-          f"{s['tok_per_s']['max']}], TTFT p50 {(s['ttft_ms_p50'] or {}).get('median')} ms, "
+          f"{s['tok_per_s']['max']}], {lat[0]} p50 {(lat[1] or {}).get('median')} ms, wall "
+          f"{(s['wall_s'] or {}).get('median')} s, cached {(s['cached_share'] or {}).get('median')}, "
           f"acceptance {(s['acceptance'] or {}).get('median')}", file=sys.stderr, flush=True)
 
 
@@ -339,7 +572,23 @@ def run_condition(cond: Condition, a: argparse.Namespace, target: str, drafters:
 async def interleaved_level(bases: dict[str, str], prompts: list[list[int]], clients: int, a: argparse.Namespace,
                             transport: httpx.AsyncBaseTransport | None = None,
                             ) -> tuple[dict[str, list[dict]], dict[str, BaseException]]:
-    """One level for every running server: a warm-up round each, then round r of every server before round r + 1
+    """One level of the held-out-prompt conditions for every running server (see interleave)."""
+    requests = requests_at(a, clients)
+    per_round = clients * requests
+
+    async def play(client: httpx.AsyncClient, r: int) -> dict:
+        if r < 0:  # the untimed warm-up (see run_level)
+            return await run_round(client, prompts, 0, clients, warmup_requests(a, requests), a)
+        return await run_round(client, prompts, r * per_round, clients, requests, a)
+
+    return await interleave(bases, clients, a, play, transport)
+
+
+async def interleave(bases: dict[str, str], clients: int, a: argparse.Namespace, play,
+                     transport: httpx.AsyncBaseTransport | None = None,
+                     ) -> tuple[dict[str, list[dict]], dict[str, BaseException]]:
+    """One level for every running server: ``play(client, r)`` plays round r on one server (r = -1: an untimed
+    warm-up) and returns its record. A warm-up round each, then round r of every server before round r + 1
     of any, the order rotated each round, so that a drift of the machine (clocks, other load) over the level
     reaches every condition alike. A server whose round fails sits out the rest of the level."""
     limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
@@ -348,19 +597,15 @@ async def interleaved_level(bases: dict[str, str], prompts: list[list[int]], cli
     errors: dict[str, BaseException] = {}
     clients_of = {cid: httpx.AsyncClient(base_url=base, timeout=timeout, limits=limits, transport=transport)
                   for cid, base in bases.items()}
-    requests = requests_at(a, clients)
-    per_round = clients * requests
     try:
-        for r in range(-1, a.rounds):  # -1: the untimed warm-up (see run_level)
+        for r in range(-1, a.rounds):
             live = [cid for cid in bases if cid not in errors]
             shift = max(r, 0) % max(len(live), 1)
             for cid in live[shift:] + live[:shift]:
                 try:
-                    if r < 0:
-                        await run_round(clients_of[cid], prompts, 0, clients, warmup_requests(a, requests), a)
-                    else:
-                        rounds[cid].append(await run_round(clients_of[cid], prompts, r * per_round, clients,
-                                                           requests, a))
+                    record = await play(clients_of[cid], r)
+                    if r >= 0:
+                        rounds[cid].append(record)
                 except (StreamError, httpx.HTTPError) as exc:
                     errors[cid] = exc
     finally:
@@ -391,6 +636,109 @@ def run_interleaved(conds: list[Condition], a: argparse.Namespace, target: str, 
                 record_level(report["conditions"][cid], cid, c, rounds[cid], errors.get(cid))
             report["machine"]["loadavg_at_end"] = os.getloadavg()
             write_outputs(report, pathlib.Path(a.out_dir), a.stem, render=False)
+    finally:
+        for server in servers.values():
+            server.stop()
+    for cid in servers:
+        report["conditions"][cid]["wall_s"] = round(time.perf_counter() - t0, 1)
+
+
+# --- the defaults mode's runs -------------------------------------------------------------------------------------
+async def send(client: httpx.AsyncClient, body: dict, stream: bool) -> dict:
+    return await (stream_completion(client, body) if stream else complete(client, body))
+
+
+def workload_prompt(wl: Workload, prompts: list[str], clients: int, client: int, k: int) -> str:
+    """The text of a client's k-th request at a level of a recurring or no-reuse workload."""
+    text = prompts[walk_index(len(prompts), clients, client, k)]
+    if wl.kind == "noreuse":  # the level and k are in the key: no request repeats another's first line in the run
+        return unique_line(wl.id, clients, client, k) + "\n" + text
+    return text
+
+
+def recur_player(wl: Workload, prompts: list[str], clients: int, a: argparse.Namespace):
+    """play(client, r) for interleave(): C clients, each sending its requests one after another, walking the set."""
+    requests = requests_at(a, clients)
+    warm = warmup_requests(a, requests)
+
+    async def play(client: httpx.AsyncClient, r: int) -> dict:
+        n, first = (warm, 0) if r < 0 else (requests, warm + r * requests)
+
+        async def one_client(i: int) -> list[dict]:
+            return [await send(client, defaults_body(wl, workload_prompt(wl, prompts, clients, i, k), a), wl.stream)
+                    for k in range(first, first + n)]
+
+        return await timed_clients(one_client, clients)
+
+    return play
+
+
+def chat_player(chat: dict, clients: int, a: argparse.Namespace):
+    """play(client, r) for interleave(): client i runs conversation i mod 8, its turns one after another, each
+    reply appended to the transcript that the next turn sends."""
+    convs = chat["conversations"]
+
+    async def play(client: httpx.AsyncClient, r: int) -> dict:
+        async def one_client(i: int) -> list[dict]:
+            session = f"{clients}.{r + 1}.{i}"  # r = -1: the warm-up's own sessions
+            exchanges: list[tuple[str, str]] = []
+            out = []
+            for user in convs[i % len(convs)]["turns"][:a.chat_turns]:
+                res = await complete(client, chat_body(chat_prompt(chat["system"], exchanges, user, session), a))
+                exchanges.append((user, res["text"]))
+                out.append(res)
+            return out
+
+        return await timed_clients(one_client, clients)
+
+    return play
+
+
+def workload_record(wl: Workload, a: argparse.Namespace) -> dict:
+    """A workload's entry in the report: what it is and the exact request body it sends."""
+    body = chat_body("<transcript>", a) if wl.kind == "chat" else defaults_body(wl, "<prompt>", a)
+    if wl.stream:  # what stream_completion adds
+        body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    return {"label": wl.label, "kind": wl.kind, "stream": wl.stream, "body": body, "conditions": {}}
+
+
+def run_workload(wl: Workload, servers: dict[str, Server], inputs: dict, a: argparse.Namespace,
+                 report: dict) -> None:
+    bases = {cid: s.base for cid, s in servers.items() if runs_workload(wl, cid)}
+    if not bases:
+        return
+    rec = report["workloads"].setdefault(wl.id, workload_record(wl, a))
+    for c in a.chat_clients if wl.kind == "chat" else a.clients:
+        play = (chat_player(inputs["chat"], c, a) if wl.kind == "chat"
+                else recur_player(wl, inputs["prompts"], c, a))
+        print(f"bench_http: {wl.id} c{c}: {', '.join(bases)}", file=sys.stderr, flush=True)
+        rounds, errors = asyncio.run(interleave(bases, c, a, play))
+        for cid in bases:
+            record_level(rec["conditions"].setdefault(cid, {"levels": {}}), f"{wl.id} {cid}", c, rounds[cid],
+                         errors.get(cid))
+        report["machine"]["loadavg_at_end"] = os.getloadavg()
+        write_outputs(report, pathlib.Path(a.out_dir), a.stem, render=False)
+
+
+def run_defaults(conds: list[Condition], workloads: list[Workload], a: argparse.Namespace, target: str,
+                 drafters: dict[str, str], llama_server: str, log_dir: pathlib.Path, report: dict) -> None:
+    """Every condition's server up at once, then each workload's levels with rounds interleaved across the servers
+    that run it (as run_interleaved)."""
+    inputs = {"prompts": fresh_prompts(), "chat": fresh_chat()}
+    servers: dict[str, Server] = {}
+    t0 = time.perf_counter()
+    try:
+        for cond in conds:
+            print(f"bench_http: starting {cond.id} ({cond.label})", file=sys.stderr, flush=True)
+            res, server = start_condition(cond, a, target, drafters, llama_server, log_dir)
+            res.pop("levels")  # a workload's levels live under report["workloads"]
+            report["conditions"][cond.id] = res
+            if server is None:
+                print(f"  {cond.id}: did not start: {res['error']}", file=sys.stderr)
+            else:
+                servers[cond.id] = server
+        for wl in workloads:
+            run_workload(wl, servers, inputs, a, report)
     finally:
         for server in servers.values():
             server.stop()
@@ -438,26 +786,52 @@ def paired(report: dict, cond: str, clients: int, ref: str) -> list[float] | Non
 def targets(report: dict) -> list[dict]:
     """Each target of the issue as met / not met / not measured, from the medians (with the paired per-round
     ratios beside them where there are some)."""
-    out = []
+    if report.get("mode") == "defaults":
+        return defaults_targets(report)
     levels = report["params"]["clients"]
-    for what, cond, clients, ref, op, bound in TARGETS:
-        at = [clients] if clients is not None else levels
-        got = {c: ratio(report, cond, c, ref) for c in at}
-        measured = {c: r for c, r in got.items() if r is not None}
-        if not measured or (clients is not None and clients not in measured):
-            verdict = "not measured"
-        else:
-            # unrounded: 0.967 is not >= 0.97 (rounded to two places it was, and a useless drafter's c16 passed)
-            ok = all((r > bound) if op == ">" else (r >= bound) for r in measured.values())
-            verdict = "met" if ok else "not met"
-            if ok and len(measured) < len(at):
-                verdict = "met where measured"
-        pairs = {str(c): pr for c in at if (pr := paired(report, cond, c, ref))}
-        out.append({"target": what, "condition": cond, "reference": ref, "op": op, "bound": bound,
-                    "ratios": {str(c): None if r is None else round(r, 3) for c, r in got.items()}, "verdict": verdict,
-                    **({"paired": {c: [round(statistics.median(pr), 3), round(min(pr), 3), round(max(pr), 3)]
-                                   for c, pr in pairs.items()}} if pairs else {})})
-    return out
+    return [verdict(report, what, cond, clients, ref, op, bound, levels)
+            for what, cond, clients, ref, op, bound in TARGETS]
+
+
+def verdict(report: dict, what: str, cond: str, clients: int | None, ref: str, op: str, bound: float,
+            levels: list[int]) -> dict:
+    """One target: the ratio of medians at its level (clients None: at every level), met / not met / not
+    measured, and the paired per-round ratios beside them where there are some."""
+    at = [clients] if clients is not None else levels
+    got = {c: ratio(report, cond, c, ref) for c in at}
+    measured = {c: r for c, r in got.items() if r is not None}
+    if not measured or (clients is not None and clients not in measured):
+        verdict = "not measured"
+    else:
+        # unrounded: 0.967 is not >= 0.97 (rounded to two places it was, and a useless drafter's c16 passed)
+        ok = all((r > bound) if op == ">" else (r >= bound) for r in measured.values())
+        verdict = "met" if ok else "not met"
+        if ok and len(measured) < len(at):
+            verdict = "met where measured"
+    pairs = {str(c): pr for c in at if (pr := paired(report, cond, c, ref))}
+    return {"target": what, "condition": cond, "reference": ref, "op": op, "bound": bound,
+            "ratios": {str(c): None if r is None else round(r, 3) for c, r in got.items()}, "verdict": verdict,
+            **({"paired": {c: [round(statistics.median(pr), 3), round(min(pr), 3), round(max(pr), 3)]
+                           for c, pr in pairs.items()}} if pairs else {})}
+
+
+def view(report: dict, wid: str) -> dict:
+    """A defaults-mode workload as a report of the held-out mode's shape (params, conditions with their levels), so
+    that level_of, median_of, ratio, paired and cell read it. Its rounds always ran interleaved."""
+    conds = (report.get("workloads") or {}).get(wid, {}).get("conditions", {})
+    return {"params": {**report["params"], "interleave": True},
+            "conditions": {cid: {**report["conditions"].get(cid, {}), **c} for cid, c in conds.items()}}
+
+
+def workload_levels(report: dict, wid: str) -> list[int]:
+    p = report["params"]
+    return p.get("chat_clients", []) if wid == "chat" else p["clients"]
+
+
+def defaults_targets(report: dict) -> list[dict]:
+    return [{"workload": wid, **verdict(view(report, wid), what, cond, clients, ref, op, bound,
+                                        workload_levels(report, wid))}
+            for what, wid, cond, clients, ref, op, bound in DEFAULT_TARGETS]
 
 
 def cell(report: dict, cond: str, clients: int) -> str:
@@ -584,13 +958,7 @@ def markdown(report: dict) -> str:
             lv = report["conditions"][n].get("levels", {})
             lines.append(f"| `{n}` | " + " | ".join(split_cell(lv.get(str(c)), c) or "-" for c in levels) + " |")
     lines += ["", "## Targets of issue 13", "", "| target | measured (ratio of medians) | verdict |", "|---|---|---|"]
-    for t in report.get("targets") or targets(report):
-        pairs = t.get("paired") or {}
-        got = ", ".join((f"c{c} {r:.2f}x" if r is not None else f"c{c} -")
-                        + (" (rounds paired: {:.2f} [{:.2f}-{:.2f}])".format(*pairs[c]) if c in pairs else "")
-                        for c, r in t["ratios"].items())
-        lines.append(f"| {t['target']} (`{t['condition']}` / `{t['reference']}` {t['op']} {t['bound']}x) | {got} | "
-                     f"**{t['verdict']}** |")
+    lines += [target_row(t) for t in report.get("targets") or targets(report)]
     errors = [(n, c.get("error")) for n, c in report["conditions"].items() if c.get("error")]
     if errors:
         lines += ["", "Conditions that did not start:", ""] + [f"- `{n}`: {e.splitlines()[0]}" for n, e in errors]
@@ -601,8 +969,119 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def target_row(t: dict) -> str:
+    """A target's row of the targets table."""
+    pairs = t.get("paired") or {}
+    got = ", ".join((f"c{c} {r:.2f}x" if r is not None else f"c{c} -")
+                    + (" (rounds paired: {:.2f} [{:.2f}-{:.2f}])".format(*pairs[c]) if c in pairs else "")
+                    for c, r in t["ratios"].items())
+    where = f"`{t['workload']}`: " if t.get("workload") else ""
+    return (f"| {t['target']} ({where}`{t['condition']}` / `{t['reference']}` {t['op']} {t['bound']}x) | {got} | "
+            f"**{t['verdict']}** |")
+
+
+def defaults_markdown(report: dict) -> str:
+    """--defaults: the targets first, then how it was run, then a table pair per workload, then the commands."""
+    m = report["machine"]
+    hw = m.get("gpu") or f"{m['cpu']} ({m['cores_usable']} usable cores)"
+    lines = [f"# What a user gets: pydflash-server and llama-server with their defaults, through HTTP ({hw})", "",
+             *defaults_header(report), "", "## Targets", "",
+             "Default flags on both sides, the fresh prompt set; the ratio of the medians over rounds decides, the "
+             "paired rounds (round r of one condition over round r of the other, seconds apart) show its spread.", "",
+             "| target | measured (ratio of medians) | verdict |", "|---|---|---|",
+             *[target_row(t) for t in report.get("targets") or targets(report)], "",
+             *defaults_method(report)]
+    for wid, wl in (report.get("workloads") or {}).items():
+        lines += ["", *workload_tables(report, wid, wl)]
+    notes = [f"- `{n}`: {c['skipped']}" for n, c in report["conditions"].items() if c.get("skipped")]
+    notes += [f"- `{n}`: did not start: {c['error'].splitlines()[0]}" for n, c in report["conditions"].items()
+              if c.get("error")]
+    if notes:
+        lines += ["", "Conditions not measured:", "", *notes]
+    lines += ["", "Commands:", "", *[f"    {c}" for c in report["commands"]]]
+    lines += [f"    # {n}: {c['command']}" for n, c in report["conditions"].items() if c.get("command")]
+    return "\n".join(lines) + "\n"
+
+
+def defaults_header(report: dict) -> list[str]:
+    p, inp = report["params"], report.get("inputs") or {}
+    native = report.get("llama_server") or "none (not measured)"
+    return [f"One run, {report['date']}. pydflash {report['pydflash_commit']} (llama.cpp {report['llama_cpp_commit']} "
+            f"with patches/); native: `{native}`"
+            + (f" (build {b})" if (b := report["conditions"].get("native-bs", {}).get("build_info")) else "")
+            + f". Gemma-3-270M Q4_K_M target, the shipped drafter {SHIPPED_DRAFTER.name}. Prompts: "
+            + "; ".join(f"`{v['file']}` ({v['count']} {k}, sha256 {v['sha256'][:12]}...)" for k, v in inp.items())
+            + f". {p['rounds']} timed round{'s' if p['rounds'] > 1 else ''} per level after an untimed warm-up."]
+
+
+def defaults_method(report: dict) -> list[str]:
+    """How the run was made, in words: flags, traffic, bodies."""
+    p = report["params"]
+    slots = p["slots"]
+    return [
+        "## How it was run", "",
+        f"- Servers: every condition's server up at once, each with its own defaults apart from the model (`-m`), "
+        f"{slots} slots (`-np`), context (pydflash `-c {p['ctx']}` per slot; llama-server `-c {p['ctx'] * slots}`, "
+        f"its total) and GPU layers (`-ngl`); llama-server also `-kvu -bs`, the conditions their own flags (the "
+        "labels name them; the exact commands are at the end). No threads, cache or draft flags otherwise.",
+        "- Requests: `/v1/completions` with a text `prompt`; the bodies below name every field sent. None carries "
+        "`cache_prompt` unless its workload says so: each server uses its own default.",
+        f"- Traffic: at C clients each client sends its requests one after another ({per_client(p)} per round, the "
+        f"chat workload one conversation). Client i of C starts at prompt i * N / C of the N-prompt set and walks "
+        "it in order, cycling, so that prompts recur across clients, rounds, levels and workloads as in real "
+        "traffic; every server gets the same sequence. `noreuse`: each prompt behind a first line of random words "
+        "and its own key, so that no request shares more than its first token with any earlier one. `chat`: client "
+        f"i runs conversation i mod 8 ({p.get('chat_turns')} user turns), each turn the shared system prompt, a "
+        "session line, the transcript so far and the new user turn as one Gemma-format text prompt, the reply "
+        "appended to the transcript; one round is every client's whole conversation.",
+        "- Rounds: at each level an untimed warm-up round, then the timed rounds, interleaved across the servers "
+        "(round r of each before round r + 1 of any, the order rotated each round). tok/s = completion tokens "
+        "over the round's wall time (first send to last reply); median [min-max] over rounds.",
+    ]
+
+
+def workload_tables(report: dict, wid: str, wl: dict) -> list[str]:
+    v = view(report, wid)
+    levels = workload_levels(report, wid)
+    names = [n for n in report["conditions"] if n in v["conditions"]]
+    lines = [f"## {wl['label']} (`{wid}`)", "", f"Body: `{json.dumps(wl['body'])}`", "",
+             "tok/s: median [min-max] over rounds (ratio of medians to `native-bs`)"
+             + ("; and the median round's wall time (every conversation, first send to last reply)."
+                if wl["kind"] == "chat" else "."), "", *table_head(levels)]
+    for n in names:
+        cells = [cell(v, n, c) + (chat_wall(v, n, c) if wl["kind"] == "chat" else "") for c in levels]
+        lines.append(f"| {v['conditions'][n].get('label', n)} (`{n}`) | " + " | ".join(cells) + " |")
+    lines += ["", ("TTFT p50" if wl["stream"] else "request latency p50") + " (median over rounds), the share of "
+              "prompt tokens the server's cache supplied (`timings.cache_n` / `usage.prompt_tokens`), and where the "
+              "server drafts: accepted / drafted (acc) and tau.", "", *table_head(levels)]
+    for n in names:
+        lv = v["conditions"][n].get("levels", {})
+        lines.append(f"| `{n}` | " + " | ".join(defaults_extra_cell(lv.get(str(c)), wl["stream"]) for c in levels)
+                     + " |")
+    return lines
+
+
+def chat_wall(v: dict, cond: str, clients: int) -> str:
+    wall = (level_of(v, cond, clients).get("wall_s") or {}).get("median")
+    return f", {wall:.1f} s" if wall is not None else ""
+
+
+def defaults_extra_cell(lvl: dict | None, stream: bool) -> str:
+    if not lvl or "error" in lvl:
+        return "-"
+    t = (lvl.get("ttft_ms_p50" if stream else "latency_ms_p50") or {}).get("median")
+    share = (lvl.get("cached_share") or {}).get("median")
+    parts = [f"{t:.0f} ms" if t is not None else "-", f"cached {share:.0%}" if share is not None else "cached -"]
+    acc = (lvl.get("acceptance") or {}).get("median")
+    tau = (lvl.get("tokens_per_step") or {}).get("median")
+    if acc is not None:
+        parts.append(f"acc {acc:.2f}" + (f", tau {tau:.2f}" if tau is not None else ""))
+    return ", ".join(parts)
+
+
 def plot(report: dict, png: pathlib.Path) -> bool:
-    """tok/s median against concurrency, one line per condition, min-max as error bars. False without matplotlib."""
+    """tok/s median against concurrency, one line per condition, min-max as error bars (--defaults: a panel per
+    workload). False without matplotlib."""
     try:
         import matplotlib
     except ImportError:
@@ -610,7 +1089,27 @@ def plot(report: dict, png: pathlib.Path) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 5.5))
+    if report.get("mode") == "defaults":
+        panels = [(view(report, wid), workload_levels(report, wid), textwrap.fill(f"{wid}: {wl['label']}", 80))
+                  for wid, wl in (report.get("workloads") or {}).items()]
+    else:
+        panels = [(report, report["params"]["clients"], None)]
+    if not panels:
+        return False
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 4.5 * len(panels)), squeeze=False)
+    for ax, (rep, levels, title) in zip(axes[:, 0], panels):
+        plot_panel(ax, rep, levels)
+        if title:
+            ax.set_title(title, fontsize=9)
+    hw = report["machine"].get("gpu") or report["machine"]["cpu"]
+    fig.suptitle(f"Gemma-3-270M Q4_K_M through HTTP ({hw.split(',')[0]})", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / (4.5 * len(panels))))  # room for the suptitle above the first panel
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def plot_panel(ax, report: dict, levels: list[int]) -> None:
     for n, cond in report["conditions"].items():
         pts = [(int(c), lv["tok_per_s"]) for c, lv in cond.get("levels", {}).items() if "tok_per_s" in lv]
         if not pts:
@@ -621,25 +1120,20 @@ def plot(report: dict, png: pathlib.Path) -> bool:
         err = [[t["median"] - t["min"] for _, t in pts], [t["max"] - t["median"] for _, t in pts]]
         # one colour per kind of condition, dashed for native: the pairs to compare share a colour
         kind = n.split("-", 1)[-1]
-        style = ":" if n == "native-plain" else "--" if cond["server"] == "native" else "-"
+        style = (":" if n == "native-plain" else "--" if cond.get("server") == "native"
+                 else "-." if n.endswith("-nocache") else "-")
         ax.errorbar(xs, ys, yerr=err, fmt=style + "o", color=PLOT_COLOURS.get(kind, "tab:brown"), capsize=3,
-                    markersize=4, label=cond["label"])
+                    markersize=4, label=cond.get("label", n))
     ax.set_xscale("log", base=2)
-    ax.set_xticks(report["params"]["clients"], [str(c) for c in report["params"]["clients"]])
+    ax.set_xticks(levels, [str(c) for c in levels])
     ax.set_xlabel("concurrent clients")
     ax.set_ylabel("tok/s (aggregate, median over rounds)")
-    hw = report["machine"].get("gpu") or report["machine"]["cpu"]
-    ax.set_title(f"Gemma-3-270M Q4_K_M through HTTP ({hw.split(',')[0]})", fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
-    fig.savefig(png, dpi=120)
-    plt.close(fig)
-    return True
 
 
 PLOT_COLOURS = {"plain": "black", "bs": "black", "synth1": "tab:red", "synth4": "tab:orange", "synth8": "tab:green",
-                "dflash": "tab:blue", "random": "tab:purple"}
+                "dflash": "tab:blue", "random": "tab:purple", "plain-nocache": "dimgrey", "dflash-nocache": "tab:cyan"}
 
 
 def write_outputs(report: dict, out_dir: pathlib.Path, stem: str, render: bool) -> None:
@@ -647,7 +1141,8 @@ def write_outputs(report: dict, out_dir: pathlib.Path, stem: str, render: bool) 
     report["targets"] = targets(report)
     (out_dir / f"{stem}.json").write_text(json.dumps(report, indent=1) + "\n")
     if render:
-        (out_dir / f"{stem}.md").write_text(markdown(report))
+        render_md = defaults_markdown if report.get("mode") == "defaults" else markdown
+        (out_dir / f"{stem}.md").write_text(render_md(report))
         if not plot(report, out_dir / f"{stem}.png"):
             print("bench_http: no matplotlib here, no PNG (render later: --render JSON)", file=sys.stderr)
 
@@ -656,6 +1151,8 @@ def merge(paths: list[str]) -> dict:
     """Chunks of one run (split with --only or --clients to fit time limits) as one report; a condition's levels
     from several chunks are merged, later files winning per level."""
     reports = [json.loads(pathlib.Path(p).read_text()) for p in paths]
+    if any(r.get("mode") == "defaults" for r in reports):
+        return merge_defaults(paths, reports)
     out = dict(reports[0])
     out["conditions"] = {}
     out["commands"] = []
@@ -686,12 +1183,53 @@ def merge(paths: list[str]) -> dict:
     return out
 
 
+def merge_defaults(paths: list[str], reports: list[dict]) -> dict:
+    """--defaults chunks (the device runs them in several calls) as one report: each workload's conditions keep
+    their levels from every chunk, a later chunk winning at a level both measured; a server record that ran wins
+    over one that was skipped."""
+    if not all(r.get("mode") == "defaults" for r in reports):
+        raise SystemExit("bench_http: --render cannot merge --defaults runs with held-out-prompt runs")
+    out = {**reports[0], "conditions": {}, "workloads": {}, "commands": []}
+    out["chunks"] = [{"file": str(p), "date": r["date"], "machine": r["machine"],
+                      "pydflash_commit": r["pydflash_commit"]} for p, r in zip(paths, reports)]
+    for r in reports:
+        for cid, rec in r["conditions"].items():
+            if cid not in out["conditions"] or not rec.get("skipped"):
+                out["conditions"][cid] = rec
+        for wid, wl in r.get("workloads", {}).items():
+            dst = out["workloads"].setdefault(wid, {**wl, "conditions": {}})
+            for cid, cond in wl["conditions"].items():
+                seen = dst["conditions"].get(cid, {}).get("levels", {})
+                dst["conditions"][cid] = {**cond, "levels": {**seen, **cond["levels"]}}
+        out["commands"] += r["commands"]
+        out["llama_server"] = out.get("llama_server") or r.get("llama_server")
+    for key in ("clients", "chat_clients"):
+        out["params"] = {**out["params"], key: sorted({c for r in reports for c in r["params"].get(key, [])})}
+    for key in ("requests_per_client", "warmup_requests_per_client"):
+        out["params"][key] = {k: v for r in reports for k, v in r["params"].get(key, {}).items()}
+    order = [c.id for c in DEFAULT_CONDITIONS]
+    out["conditions"] = dict(sorted(out["conditions"].items(),
+                                    key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
+    return out
+
+
 # --- main ---------------------------------------------------------------------------------------------------------
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--render", nargs="+", metavar="JSON",
                     help="only re-render benchmarks.md/.png from these JSON files (chunks are merged)")
+    ap.add_argument("--defaults", action="store_true",
+                    help="what a user gets: both servers with their default flags, the fresh prompt set as text, "
+                         "no cache_prompt field, workloads --workloads (see the docstring)")
+    ap.add_argument("--workloads", default=DEFAULT_WORKLOADS,
+                    help=f"--defaults: comma-separated workloads ({', '.join(w.id for w in WORKLOADS)})")
+    ap.add_argument("--chat-clients", default="1,4,8", help="--defaults: concurrency levels of the chat workload")
+    ap.add_argument("--chat-tokens", type=int, default=96, help="--defaults: max_tokens of a chat turn")
+    ap.add_argument("--chat-turns", type=int, default=6, help="--defaults: user turns per conversation (at most 6)")
     ap.add_argument("--llama-server", default=None, help="native llama-server binary (default: search the builds)")
+    ap.add_argument("--llama-server-patched", default=None,
+                    help="llama-server built with patches/, for the native conditions with a drafter "
+                         "(native-dflash, native-synth*; default: --llama-server)")
     ap.add_argument("--only", default="", help="comma-separated condition patterns to run (fnmatch)")
     ap.add_argument("--skip", default="", help="comma-separated condition patterns to leave out")
     ap.add_argument("--clients", default="1,4,8,16", help="concurrency levels")
@@ -704,7 +1242,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=256, help="max_tokens of each request (ignore_eos)")
     ap.add_argument("--ngl", type=int, default=0, help="GPU layers for both servers (-1 = all)")
     ap.add_argument("--threads", type=int, default=8, help="threads for both servers")
-    ap.add_argument("--ctx", type=int, default=1024, help="context per slot (native gets -c ctx * slots)")
+    ap.add_argument("--ctx", type=int, default=None,
+                    help="context per slot (native gets -c ctx * slots); default 1024, with --defaults 4096 (the chat "
+                         "workload's last turns are ~1,900 tokens)")
     ap.add_argument("--model", default=None, help="target GGUF (default: the Gemma-3-270M Q4_K_M of pydflash)")
     ap.add_argument("--drafter", default=str(SHIPPED_DRAFTER), help="the shipped DFlash drafter")
     ap.add_argument("--random-drafter", default=None, help="the useless drafter of py-random (default: bench.py's)")
@@ -733,6 +1273,9 @@ def main(argv=None) -> int:
         return 0
 
     a.clients = [int(c) for c in a.clients.split(",") if c.strip()]
+    if a.defaults:
+        return main_defaults(a, argv)
+    a.ctx = a.ctx or 1024
     conds = select(a.only, a.skip)
     if not conds or not a.clients or a.rounds < 1:
         raise SystemExit("bench_http: nothing to run (check --only/--skip, --clients, --rounds)")
@@ -754,7 +1297,8 @@ def main(argv=None) -> int:
         "pydflash_commit": tree_commit(), "llama_cpp_commit": LLAMA_CPP_COMMIT,
         "vendor_stamp": read_text(REPO / "vendor" / ".stamp"),
         "patches": sorted(p.name for p in (REPO / "patches").glob("*.patch")),
-        "llama_server": llama_server or None, "target": target, "drafters": drafters,
+        "llama_server": llama_server or None, "llama_server_patched": a.llama_server_patched, "target": target,
+        "drafters": drafters,
         "params": {"clients": a.clients, "rounds": a.rounds, "requests": a.requests,
                    "requests_per_client": {str(c): requests_at(a, c) for c in a.clients}, "tokens": a.tokens,
                    "ctx": a.ctx, "threads": a.threads, "ngl": a.ngl, "native_draft_max": a.native_draft_max,
@@ -778,6 +1322,86 @@ def main(argv=None) -> int:
     if not a.no_render:
         print(markdown(report))
     return 0
+
+
+def main_defaults(a: argparse.Namespace, argv) -> int:
+    """--defaults: the workloads over the default-flag conditions, every server up at once."""
+    a.chat_clients = [int(c) for c in a.chat_clients.split(",") if c.strip()]
+    a.ctx = a.ctx or 4096
+    a.interleave = True
+    workloads = select_workloads(a.workloads)
+    if not any(w.kind == "chat" for w in workloads):
+        a.chat_clients = []
+    if all(w.kind == "chat" for w in workloads):
+        a.clients = []
+    a.slots = max(a.clients + a.chat_clients, default=0)  # one slot per client of the largest level of any workload
+    if not 1 <= a.chat_turns <= 6:
+        raise SystemExit("bench_http: --chat-turns is 1 to 6 (the conversations have 6)")
+    conds = [c for c in select(a.only, a.skip, DEFAULT_CONDITIONS)
+             if any(runs_workload(w, c.id) for w in workloads)]
+    if not conds or not a.slots or a.rounds < 1:
+        raise SystemExit("bench_http: nothing to run (check --only/--skip, --workloads, --clients, --rounds)")
+    conds, skipped = native_or_skip(conds, a)
+    target, drafters = defaults_models(conds, a)
+    log_dir = pathlib.Path(a.log_dir) if a.log_dir else pathlib.Path(tempfile.mkdtemp(prefix="bench_http_"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    print(f"bench_http --defaults: {', '.join(c.id for c in conds)}; workloads {', '.join(w.id for w in workloads)}; "
+          f"clients {a.clients}, chat {a.chat_clients}; logs in {log_dir}", file=sys.stderr)
+    report = defaults_report(a, argv, target, drafters, skipped)
+    run_defaults(conds, workloads, a, target, drafters, a.llama_server or "", log_dir, report)
+    write_outputs(report, pathlib.Path(a.out_dir), a.stem, render=not a.no_render)
+    if not a.no_render:
+        print(defaults_markdown(report))
+    return 0
+
+
+def native_or_skip(conds: list[Condition], a: argparse.Namespace) -> tuple[list[Condition], dict[str, dict]]:
+    """The conditions that can run, and a record for each native one left out because no llama-server was found
+    (a machine without a native build still measures the pydflash conditions)."""
+    if not any(c.server == "native" for c in conds):
+        return conds, {}
+    try:
+        a.llama_server = find_llama_server(a.llama_server)
+        return conds, {}
+    except SystemExit:
+        why = "skipped: no llama-server binary found here (pass --llama-server PATH)"
+        print(f"bench_http: {why}", file=sys.stderr)
+        return ([c for c in conds if c.server != "native"],
+                {c.id: {"label": c.label, "server": c.server, "skipped": why} for c in conds if c.server == "native"})
+
+
+def defaults_models(conds: list[Condition], a: argparse.Namespace) -> tuple[str, dict[str, str]]:
+    target, random_drafter = a.model, a.random_drafter
+    need_random = any(c.drafter == "random" for c in conds) and not random_drafter
+    if target is None or need_random:
+        found_target, found_random = resolve_models(need_random)
+        target, random_drafter = target or found_target, random_drafter or found_random
+    return target, {"shipped": os.path.abspath(a.drafter),
+                    "random": os.path.abspath(random_drafter) if random_drafter else ""}
+
+
+def defaults_report(a: argparse.Namespace, argv, target: str, drafters: dict[str, str],
+                    skipped: dict[str, dict]) -> dict:
+    inputs = {}
+    for key, path, count in (("prompts", FRESH_PROMPTS, len(fresh_prompts())),
+                             ("conversations", FRESH_CHAT, len(fresh_chat()["conversations"]))):
+        inputs[key] = {"file": str(path.relative_to(REPO)), "sha256": FROZEN_SHA256[path.name], "count": count}
+    levels = a.clients + [c for c in a.chat_clients if c not in a.clients]
+    return {
+        "mode": "defaults", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine(),
+        "pydflash_commit": tree_commit(), "llama_cpp_commit": LLAMA_CPP_COMMIT,
+        "vendor_stamp": read_text(REPO / "vendor" / ".stamp"),
+        "patches": sorted(p.name for p in (REPO / "patches").glob("*.patch")),
+        "llama_server": a.llama_server or None, "target": target, "drafters": drafters, "inputs": inputs,
+        "params": {"clients": a.clients, "chat_clients": a.chat_clients, "rounds": a.rounds, "requests": a.requests,
+                   "requests_per_client": {str(c): requests_at(a, c) for c in levels}, "tokens": a.tokens,
+                   "warmup_requests_per_client": {str(c): warmup_requests(a, requests_at(a, c)) for c in levels},
+                   "chat_tokens": a.chat_tokens, "chat_turns": a.chat_turns, "ctx": a.ctx, "ngl": a.ngl,
+                   "slots": a.slots,
+                   "interleave": True, "workloads": a.workloads},
+        "commands": ["python " + shlex.join(["scripts/bench_http.py", *(sys.argv[1:] if argv is None else argv)])],
+        "conditions": dict(skipped), "workloads": {},
+    }
 
 
 def read_text(path: pathlib.Path) -> str | None:
