@@ -6,6 +6,7 @@
 #   g0, g0b: the trimmed vendor/llama.cpp source in two halves (a call each: with the tree it would not fit g1's)
 #   g1: pure-Python packages the device lacks (llama_cpp, gguf, diskcache)
 #       + the commit at packing time (the tree itself travels with every call: name the commit again when you run)
+#       + pristine.sha256: the sdist's own copies of the files patches/ touch (the pristine llama-server's check)
 #   g1b: wheels for Python 3.12 of the server's stack (fastapi and its opentelemetry-api, starlette,
 #       pydantic(-core), uvicorn, sse-starlette, annotated-types, typing-inspection, typing_extensions), staged by
 #       a call of their own (`part 1b`) since the 61 MB tree of 2026-12-02 no longer fits beside them and g1
@@ -51,6 +52,15 @@ tar czf .device-bench/g0/src.tgz --exclude='llama.cpp/models' --exclude='llama.c
 # in two halves, one call each (g0, g0b): the tree grows by ~1.5 MB with every data run and the whole source would
 # stop fitting one call beside it; `start` joins them and checks the sha
 halves .device-bench/g0/src.tgz .device-bench/g0 .device-bench/g0b .device-bench/g1/src.sha256
+# `remote.sh start` reverts patches/ in a copy of that source for a pristine llama-server (the native baseline of
+# bench_http.py --defaults) and checks the files they touch against the sdist's own
+SDIST_VERSION=$(sed -n 's/^SDIST_VERSION=//p' scripts/fetch_vendor.sh)
+PATCHED=$(grep -h '^+++ b/' patches/*.patch | cut -c7- | cut -f1 | sort -u)
+tmp=$(mktemp -d)
+tar xzf .cache/sdist/llama_cpp_python-$SDIST_VERSION.tar.gz -C "$tmp" \
+    $(printf "llama_cpp_python-$SDIST_VERSION/vendor/llama.cpp/%s " $PATCHED)
+(cd "$tmp/llama_cpp_python-$SDIST_VERSION/vendor/llama.cpp" && sha256sum $PATCHED) > .device-bench/g1/pristine.sha256
+rm -rf "$tmp"
 tar czf .device-bench/g1/site.tgz -C "$SITE" llama_cpp gguf diskcache
 # the versions of the local venv, as Python 3.12 wheels (the device image has no registry; README of the tool)
 WHEELS=$(.venv/bin/python - <<'PY'

@@ -6,7 +6,9 @@
 #                     call's 64 MiB together
 #   remote.sh part 1b  stage g1b (the server's wheels), a call of its own: with the tree it would not fit g1's
 #   remote.sh start   unpack g1 (pure-Python packages), install the staged wheels and source, start the CUDA
-#                     build detached (survives the call), check that the server's imports resolve
+#                     build detached (survives the call), check that the server's imports resolve; beside it, the
+#                     pristine build: llama-server alone from the same pinned source with patches/ reverted (checked
+#                     against the sdist's files, g1/pristine.sha256), a user's cmake flags, in $W/pristine
 #   remote.sh part N  stash model part(s) from gN (N = 2 .. the last folder prepare_carry.sh made); part t0, part t1
 #                     stage what SLIM=1 took out of the tree for `train` (the shipped safetensors, the data runs)
 #   remote.sh costs   wait for the build, assemble the model, scripts/step_costs.py with the batched argmax of
@@ -22,10 +24,19 @@
 #                     (scripts/device/repro_nan_drafter.py)
 #   remote.sh server  scripts/bench_server.py against pydflash-server -ngl -1: spec / plain / fixed block at 1, 4, 16
 #                     clients, plus the long-prefill probe
-#   remote.sh http    scripts/bench_http.py: native llama-server (built here from the same tree) against
-#                     pydflash-server through HTTP; extra args pick conditions (--only ...) so that each call fits.
-#                     Run a step that waits for the build first (profile): the build takes ~5 min after `start`,
-#                     and an http call that waits for it loses that from its 600 s (2026-12-02: cut after 8 clients)
+#   remote.sh http    scripts/bench_http.py: native llama-server (the pristine build; native DFlash on the patched
+#                     one) against pydflash-server through HTTP; extra args pick conditions (--only ...) so that
+#                     each call fits.
+#                     Run a step that waits for the build first (profile): the build took ~5 min after `start` at
+#                     -j16 (the two builds at -j8 each will take longer; not yet measured), and an http call that
+#                     waits for it loses that from its 600 s (2026-12-02: cut after 8 clients)
+#   remote.sh fast1, fast2  scripts/bench_http.py --defaults (what a user gets: both servers with their default
+#                     flags, the fresh prompt set, interleaved rounds, 3 of them): fast1 the non-streamed recurring
+#                     workload at 1, 4, 8, 16 clients and the chat workload at 1, 4, 8; fast2 the streamed recurring
+#                     workload, the no-reuse workload and cache_prompt:false requests (secondary). Each fits one call
+#                     (estimated from docs/gpu_2026-12-03-d: ~360 s and ~440 s of benchmark); both need the builds
+#                     done. JSON only, as fast1.json / fast2.json; render locally: bench_http.py --render
+#                     fast1.json fast2.json. Extra args go to bench_http.py (e.g. --rounds 2)
 #   remote.sh adapt   in-process scripts/bench.py, plain against adaptive drafting (useless and shipped drafter) at
 #                     1, 8 and 16 slots, with the per-step split (draft / verify / commit / host: the host profile)
 #   remote.sh profile scripts/profile_host.py: the host part of a step by phase (16 slots L=8 and plain, 1 slot L=8)
@@ -106,6 +117,33 @@ use_build() {
     export PYDFLASH_TREE_COMMIT="${PYDFLASH_TREE_COMMIT:-$(cat $W/commit.txt) (HEAD when g1 was packed)}"
 }
 
+pristine_tree() {  # $W/pristine: the carried source with patches/ reverted (last first), checked against the sdist's
+    # own copies of the files they touch (g1/pristine.sha256, made by prepare_carry.sh)
+    rm -rf $W/pristine && mkdir -p $W/pristine \
+        && tar cf - -C $W/llama.cpp --exclude=./build . | tar xf - -C $W/pristine \
+        && (cd $W/pristine && for p in $(ls -r $REPO/patches/*.patch); do patch -R -p1 --quiet < $p || exit 1; done) \
+        && (cd $W/pristine && sha256sum -c --quiet $W/pristine.sha256)
+}
+
+use_pristine() {  # wait for the pristine llama-server (`start` builds it beside the patched tree)
+    [ -f $W/pristine_check.log ] || { echo "no pristine build was started on this machine: run remote.sh start"; exit 1; }
+    for _ in $(seq 1 110); do [ -f $W/pristine.rc ] && break; sleep 5; done
+    [ "$(cat $W/pristine.rc 2>/dev/null)" = 0 ] || { cat $W/pristine_check.log 2>/dev/null; tail -20 $W/pristine_build.log; exit 1; }
+    PRISTINE_SERVER=$W/pristine/build/bin/llama-server
+}
+
+fast_bench() {  # NAME WORKLOADS [bench_http.py args...]: the defaults-mode benchmark, bounded to what the call has left
+    use_build
+    use_pristine
+    ldd $PRISTINE_SERVER | grep -m1 libllama || true  # its own libllama (build RPATH), not the patched one
+    local left=$((575 - SECONDS))
+    echo "$1: ${left} s left for the benchmark"
+    [ $left -ge 120 ] || { echo "$1: the builds took the call: run $1 again"; exit 1; }
+    timeout $left python3 scripts/bench_http.py --defaults --ngl -1 --llama-server $PRISTINE_SERVER \
+        --workloads "$2" --rounds 3 --out-dir $OUT --stem "$1" --no-render --log-dir $OUT/logs_$1 "${@:3}" || echo "$1: exit $?"
+    tar czf $OUT/logs_$1.tgz -C $OUT logs_$1 && rm -rf $OUT/logs_$1
+}
+
 costs_off_on() {  # VAR OFF ON: step_costs.py (shipped drafter) without VAR and with VAR=1, twice each, alternating
     for i in 1 2; do
         env -u "$1" python3 scripts/step_costs.py --ngl -1 \
@@ -172,15 +210,27 @@ start)
     join_halves $W/src.tgz $W/src.sha256 || { echo "the joined llama.cpp source is not the packed one"; exit 1; }
     cd $W && mkdir -p site && tar xzf site.tgz -C site && tar xzf src.tgz
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $W/site whl/*.whl
+    # the pristine tree for llama-server alone, with the flags a user would give (tests, examples and the web UI's
+    # download off: their sources are not carried, and the machine reaches no network; none changes inference);
+    # copied before the patched build starts writing build/ there
+    rm -f $W/pristine.rc
+    pristine_tree > $W/pristine_check.log 2>&1 \
+        || { echo "the pristine tree is not the sdist's: $(tail -3 $W/pristine_check.log)"; echo 1 > $W/pristine.rc; }
     # our patches are already applied in the carried vendor tree. The CUDA-only ones (0006, 0007) are compiled first
     # here: should the build fail, they are reverted and the build retried, so that a session's runs still have a
     # library (build.log says so, `cuda` prints why, and the GPU tests of test_native_patches.py fail)
     setsid nohup bash -c "cd $W/llama.cpp && cmake -S . -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
         -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_RPC=ON \
-        > $W/configure.log 2>&1 && { cmake --build build -j16 --target llama llama-server > $W/build.log 2>&1 \
+        > $W/configure.log 2>&1 && { cmake --build build -j8 --target llama llama-server > $W/build.log 2>&1 \
         || { tail -30 $W/build.log > $W/build_failed.log; for p in \$(ls -r $REPO/patches/000[67]-*.patch); do patch -R -p1 --quiet < \$p; done \
              && echo 'pydflash: the build failed; the CUDA-only patches (0006, 0007) reverted, built again' >> $W/build.log \
-             && cmake --build build -j16 --target llama llama-server >> $W/build.log 2>&1; }; }; echo \$? > $W/build.rc" \
+             && cmake --build build -j8 --target llama llama-server >> $W/build.log 2>&1; }; }; echo \$? > $W/build.rc" \
+        > /dev/null 2>&1 &
+    # -j8 each (the patched build above too): the two builds share the 16 cores
+    [ -f $W/pristine.rc ] || setsid nohup bash -c "cd $W/pristine && cmake -S . -B build -DGGML_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF > $W/pristine_configure.log 2>&1 \
+        && cmake --build build -j8 --target llama-server > $W/pristine_build.log 2>&1; echo \$? > $W/pristine.rc" \
         > /dev/null 2>&1 &
     echo started build; nvidia-smi --query-gpu=name,memory.total --format=csv
     PYTHONPATH=$W/site python3 -c 'import fastapi, starlette, pydantic, uvicorn, sse_starlette, prometheus_client
@@ -320,10 +370,15 @@ repro)
         2>&1 | tee $OUT/repro_gpu.log | grep -v "^llama_model_loader\|^load_tensors\|^print_info" | tail -c 9000 ;;
 http)  # remote.sh http [bench_http.py args...]: JSON only (rendered locally: the device has no matplotlib)
     use_build
-    python3 scripts/bench_http.py --ngl -1 --threads 8 --llama-server $W/llama.cpp/build/bin/llama-server \
-        --out-dir $OUT --no-render --log-dir $OUT/logs "${@:2}"
+    use_pristine
+    python3 scripts/bench_http.py --ngl -1 --threads 8 --llama-server $PRISTINE_SERVER \
+        --llama-server-patched $W/llama.cpp/build/bin/llama-server --out-dir $OUT --no-render --log-dir $OUT/logs "${@:2}"
     # at most 8 files come back: the server logs and step traces travel as one archive
     tar czf $OUT/logs_trace.tgz -C $OUT logs $( [ -d $OUT/trace ] && echo trace ) && rm -rf $OUT/logs $OUT/trace ;;
+fast1)  # remote.sh fast1 [bench_http.py args...]
+    fast_bench fast1 recur,chat --clients 1,4,8,16 --chat-clients 1,4,8 "${@:2}" ;;
+fast2)  # remote.sh fast2 [bench_http.py args...]
+    fast_bench fast2 recur-stream,noreuse,recur-cp0 --clients 1,4,8,16 "${@:2}" ;;
 nan)
     use_build
     PYDFLASH_VERBOSE=1 python3 scripts/device/repro_nan_drafter.py --ngl -1 --out $OUT/repro_nan.json 2> $OUT/repro_nan.log \
