@@ -82,11 +82,13 @@ def test_slot_file_save_restore_and_refusals(qwen, tiny, tmp_path):
 
 
 def test_two_conversations_evict_each_other_under_a_small_cap(qwen):
-    """One slot, a RAM cap of ~3 snapshots: A and B alternate (each turn restores the other from RAM), then 200
-    distinct prompts churn the cache; outputs equal the cache-off engine's and the bytes never pass the cap."""
+    """One slot, no device tier, a RAM cap of ~3 snapshots: A and B alternate (each turn restores the other from
+    RAM), then 200 distinct prompts churn the cache; outputs equal the cache-off engine's and the bytes never pass
+    the cap."""
     cap_mib = 0.6
     cfg = EngineConfig(n_slots=1, n_ctx_slot=512)
-    eng, off = Engine(qwen, cfg, cache=CacheConfig(ram_mib=cap_mib, save_min_drop=16)), Engine(qwen, cfg, cache=OFF)
+    ram_only = CacheConfig(ram_mib=cap_mib, save_min_drop=16, device_cells=0)
+    eng, off = Engine(qwen, cfg, cache=ram_only), Engine(qwen, cfg, cache=OFF)
     ram = eng.prompt_cache.ram
     conv = {"a": prompt(3, 150), "b": prompt(4, 130)}
     for turn in range(4):

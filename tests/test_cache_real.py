@@ -73,13 +73,13 @@ def test_same_prompt_five_times_one_slot(pair, oracle):
 
 def test_same_prompt_five_times_across_slots(pair, oracle):
     """Two slots; each round a request sharing only the first part of the prompt comes first and takes the slot
-    holding the prompt (least to lose, which sends the prompt's sequence to RAM), so the prompt is restored from
-    RAM into the other slot."""
+    holding the prompt (its sequence goes to the device tier, every one kept here), so the prompt is restored from
+    the device tier into the other slot."""
     prompt = pair.target.tokenize(PROMPT)
     off = engine(pair, CacheConfig(reuse=False, ram_mib=0))
     base = run(off, [Request(prompt, max_tokens=N_GEN, ignore_eos=True)])[0].tokens
     off.close()
-    eng = engine(pair, CacheConfig(), n_slots=2)
+    eng = engine(pair, CacheConfig(keep_all=True), n_slots=2)
     results, seqs = [], []
     for k in range(5):
         other = prompt[:200] + prompt[1 + k : 201 + k]  # longer than the prompt's sequence: more to lose
@@ -89,7 +89,7 @@ def test_same_prompt_five_times_across_slots(pair, oracle):
         seqs.append(next(i for i, r in enumerate(eng.prompt_cache.resident)
                          if r is not None and r.tokens[: len(prompt)].tolist() == prompt))
     check_runs(results, prompt, base, oracle)
-    assert len(set(seqs)) == 2 and eng.prompt_cache.ram.hits >= 4, (seqs, eng.prompt_cache.metrics())
+    assert len(set(seqs)) == 2 and eng.prompt_cache.device.hits >= 4, (seqs, eng.prompt_cache.metrics())
     eng.close()
 
 

@@ -38,7 +38,7 @@ def test_chain_is_a_prefix_hash_salted_by_the_pair():
 def test_ram_longest_prefix_lru_and_cap():
     s1, s2 = snap(list(range(200)), 4096), snap(list(range(100)) + [9] * 100, 4096)
     cache = RamCache(cap_bytes=2 * s1.nbytes + 10, seed=SEED, block=32)
-    assert cache.put(s1) and cache.put(s2)
+    assert cache.put(s1)[0] and cache.put(s2)[0]
     key, got, n = cache.lookup(list(range(150)) + [5] * 10, limit=159)
     assert got is s1 and n == 150  # runs into the partial block past the last shared full block
     key2, got2, n2 = cache.lookup(list(range(100)) + [9] * 50, limit=140)
@@ -46,12 +46,12 @@ def test_ram_longest_prefix_lru_and_cap():
     assert cache.lookup([5] * 64, limit=63) is None
     cache.hit(key)  # s1 most recently used: s2 goes first
     s3 = snap([3] * 120, 4096)
-    assert cache.put(s3)
+    assert cache.put(s3)[0]
     assert cache.evictions == 1 and got2 not in cache.entries.values() and s1 in cache.entries.values()
     assert cache.bytes == s1.nbytes + s3.nbytes <= cache.cap
     assert cache.lookup(list(range(100)) + [9] * 50, 140)[1] is s1  # s2 evicted; s1 still shares 100 tokens
-    assert not cache.put(snap(list(range(64)), 1 << 16))  # larger than the whole cap: not kept
-    assert cache.put(snap(list(range(200)), 4096)) and len(cache) == 2  # same tokens: replaces s1
+    assert not cache.put(snap(list(range(64)), 1 << 16))[0]  # larger than the whole cap: not kept
+    assert cache.put(snap(list(range(200)), 4096))[0] and len(cache) == 2  # same tokens: replaces s1
 
 
 def test_slot_file_roundtrip(tmp_path):

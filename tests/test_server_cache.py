@@ -39,8 +39,11 @@ def server(pairs, slot_dir, tmp_path_factory):
     g, q = pairs
     common = {"n_ctx_slot": 4096, "draft_adaptive": False, "checkpoint_every": 64}
     cfg = write_models_toml(tmp_path_factory.mktemp("srv") / "models.toml", {
-        "g": {"target": str(g.target), "drafter": str(g.drafter), "n_slots": 2, "cache_ram_mib": 0.3, **common},
+        # the RAM tier alone ("g"), and slot files with no other tier to fall back on ("one")
+        "g": {"target": str(g.target), "drafter": str(g.drafter), "n_slots": 2, "cache_ram_mib": 0.3,
+              "cache_device_cells": 0, **common},
         "one": {"target": str(g.target), "drafter": str(g.drafter), "n_slots": 1, "cache_ram_mib": 0,
+                "cache_device_cells": 0,
                 "slot_save_path": str(slot_dir), **common},
         "q": {"target": str(q.target), "drafter": str(q.drafter), "n_slots": 1, "slot_save_path": str(slot_dir),
               **common},

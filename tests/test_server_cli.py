@@ -60,8 +60,8 @@ def test_cache_flags_reach_the_preset(tmp_path):
     assert p.lookup and p.engine_config().lookup  # copied chains: on unless --no-lookup
     assert not build_models(parse_args(["--no-lookup"])).presets["default"].engine_config().lookup
     default = build_models(parse_args([])).presets["default"]
-    assert (default.cache_reuse, default.cache_ram_mib, default.slot_save_path, default.synth_len) == (
-        True, 256, None, None)
+    assert (default.cache_reuse, default.cache_device_cells, default.cache_ram_mib, default.slot_save_path,
+            default.synth_len) == (True, -1, 0, None, None)
     # the load-time warm-up: on by default (where the engine decides: a GPU), off with llama-server's flag
     assert default.engine_config().warm_up is None
     assert build_models(parse_args(["--no-warmup"])).presets["default"].engine_config().warm_up is False

@@ -1,4 +1,4 @@
-"""Prompt-cache options (llama-server: --cache-reuse, --cache-ram, --ctx-checkpoints)."""
+"""Prompt-cache options (llama-server: --cache-reuse, --cache-ram, --ctx-checkpoints; --cache-device is ours)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,26 @@ class CacheConfig:
     # A released slot keeps its tokens and both KV caches; a new request goes to the free slot sharing the
     # longest prefix and prefills only the rest.
     reuse: bool = True
-    # RAM cache across slots (MiB of snapshots, both contexts); 0 turns it off.
-    ram_mib: float = 256.0
+    # The device tier (cache/device.py): a released slot's sequence that a new request is about to overwrite is kept
+    # in the KV under a spare sequence id (a seq_cp: no copy), found later by longest prefix. At most this many KV
+    # cells (-1: a quarter of the engine's KV, at least one slot's share; 0: off), and ``device_ids`` spare ids (-1: one per slot, and one more).
+    device_cells: int = -1
+    device_ids: int = -1
+    # Which released sequences the device tier keeps: those whose prompt's first block was seen in an earlier
+    # request (second sight), or every one. Kept cells cost every step's attention mask (it spans the cells in
+    # use), so traffic that never repeats a prefix should keep nothing.
+    keep_all: bool = False
+    # RAM tier (MiB of state snapshots, both contexts); 0 turns it off. It takes what the device tier evicts (or,
+    # without a device tier, each released sequence about to be overwritten): each entry is a copy of the sequence's
+    # state out of the KV, thousands of small device-to-host copies on a GPU, between steps.
+    ram_mib: float = 0.0
     # SWA targets: a target checkpoint of the sliding-window layers every this many positions (0: none). Without
     # one, a sequence past the window cannot be trimmed back (the window no longer holds what a shorter prefix
-    # needs) and the request re-prefills.
+    # needs) and the request re-prefills. These are state copies (the RAM tier's way); with a device tier the one
+    # checkpoint that matters most, at the end of a recurring prompt, is a device-tier entry instead (no copy).
     checkpoint_every: int = 256
     max_checkpoints: int = 8  # per sequence; the oldest goes first
-    # A resident sequence about to lose at least this many positions to a new request is copied to RAM first.
+    # A resident sequence about to lose at least this many positions to a new request is kept first (device or RAM).
     save_min_drop: int = 64
     block: int = 32  # tokens per hash block (RAM lookups find prefixes of at least one block)
 
@@ -26,8 +38,21 @@ class CacheConfig:
             raise ValueError("ram_mib must be >= 0")
         if self.checkpoint_every < 0 or self.max_checkpoints < 0 or self.save_min_drop < 0:
             raise ValueError("checkpoint_every, max_checkpoints and save_min_drop must be >= 0")
+        if self.device_cells < -1 or self.device_ids < -1:
+            raise ValueError("device_cells and device_ids must be >= -1 (-1: automatic)")
         if self.block < 1:
             raise ValueError("block must be >= 1")
+
+    def spare_ids(self, n_slots: int) -> int:
+        """Spare sequence ids the engine's contexts need for the device tier."""
+        if not self.reuse or self.device_cells == 0:
+            return 0
+        # one more than slots: a slot's resident can be kept while the entry restored into that slot holds its id
+        return n_slots + 1 if self.device_ids < 0 else self.device_ids
+
+    def device_cap(self, n_ctx: int, n_ctx_slot: int) -> int:
+        """KV cells the device tier may hold: by default a quarter of the KV, and at least one slot's share."""
+        return max(n_ctx // 4, n_ctx_slot) if self.device_cells < 0 else self.device_cells
 
     @property
     def ram_bytes(self) -> int:

@@ -1,7 +1,8 @@
 """What one cached sequence holds: its tokens, both contexts' states, the slot's feature bookkeeping, checkpoints.
 
 A *resident* sequence (a released slot's) keeps its states in the live contexts: there ``target`` and
-``drafter`` are empty. A RAM entry or a slot file carries them as bytes.
+``drafter`` are empty. So does a device-tier entry, under a spare sequence id of both contexts (``seq``). A RAM
+entry or a slot file carries them as bytes.
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ class Snapshot:
     checkpoints: list[Checkpoint] = field(default_factory=list)
     target: bytes = b""  # full target state (empty for a resident: it lives in the context)
     drafter: bytes = b""  # full drafter state ('' also when the engine has no drafter)
+    seq: int = -1  # a device-tier entry: the spare sequence id holding both states in the KV (-1: none)
+    # its prompt shared a prefix with earlier traffic (the prompt cache's second-sight rule, engine/prefix.py)
+    recurs: bool = False
 
     @property
     def n(self) -> int:

@@ -60,8 +60,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--chat-template", default=None, help="a built-in template NAME (gemma, chatml) or a FILE")
     g.add_argument("--max-queue", type=int, default=64, help="requests waiting for a slot before 429")
     c = p.add_argument_group("prompt cache of the pair of -m (docs/cache.md; --config presets set their own)")
-    c.add_argument("--cache-ram", metavar="MiB", type=float, default=256.0,
-                   help="RAM cache of prompt snapshots across slots (0 = off; default 256)")
+    c.add_argument("--cache-device", metavar="CELLS", type=int, default=-1,
+                   help="KV cells that keep finished requests' sequences on the device for later prompts sharing a "
+                        "prefix, no copy (-1 = a quarter of the KV, the default; 0 = off)")
+    c.add_argument("--cache-ram", metavar="MiB", type=float, default=0.0,
+                   help="RAM tier: what the device tier evicts, copied out of the KV (0 = off, the default)")
     c.add_argument("--no-cache-reuse", action="store_true",
                    help="do not keep a finished request's prompt in its slot for the next request")
     c.add_argument("--ctx-checkpoint-every", metavar="N", type=int, default=256,
@@ -110,7 +113,8 @@ def build_models(args):
                     draft_adaptive=not args.no_draft_adaptive and args.spec_synth_len is None,
                     lookup=not args.no_lookup,
                     chat_template=args.chat_template, max_queue=args.max_queue,
-                    cache_reuse=not args.no_cache_reuse, cache_ram_mib=args.cache_ram,
+                    cache_reuse=not args.no_cache_reuse, cache_device_cells=args.cache_device,
+                    cache_ram_mib=args.cache_ram,
                     checkpoint_every=args.ctx_checkpoint_every, slot_save_path=save_path,
                     synth_len=args.spec_synth_len, warm_up=not args.no_warmup)
     return ServerModels({name: preset}, name)

@@ -31,7 +31,7 @@ from ..config import EngineConfig
 from ..errors import ContextOverflow, EngineClosed, InvalidRequest, InvariantError
 from ..native import Context, ContextParams
 from ..pair import Pair
-from . import adaptive, lookup, proposal, rejection
+from . import adaptive, lookup, prefix, proposal, rejection
 from .costs import StepCosts
 from .accept import commit_tokens, greedy_accept, synthetic_accept, synthetic_rate
 from .drafter import NO_COST, Drafter, ProposeCost
@@ -47,6 +47,19 @@ from .warmup import warm_up
 log = logging.getLogger(__name__)
 
 
+# ggml-cpu's flash attention takes a tiled kernel from this many query rows of one forward on (GGML_FA_TILE_Q), and
+# the two kernels round differently: on an AVX2 host a row's logits moved by up to 2 nats between a 63- and a
+# 64-row forward of Gemma-3-270M, enough to flip greedy picks that are no near-tie. Plain decoding runs 1 row per
+# slot, so a CPU target forward is cut into ubatches below the switch: a verify then rounds as decoding does.
+CPU_FA_TILE_ROWS = 64
+
+
+def target_ubatch(config: EngineConfig, n_batch: int) -> int:
+    n = min(config.n_ubatch, n_batch)
+    on_cpu = config.n_gpu_layers == 0 and not config.rpc
+    return min(n, CPU_FA_TILE_ROWS - 1) if on_cpu else n
+
+
 class Engine:
     def __init__(self, pair: Pair, config: EngineConfig = EngineConfig(), cache: Optional[CacheConfig] = None):
         self.pair = pair
@@ -60,13 +73,15 @@ class Engine:
         span = max(self.block_size, 1)  # most positions a slot verifies in one step: anchor + drafts
         n_batch = max(config.n_batch, config.n_slots * span)
         n_ctx = config.n_slots * config.n_ctx_slot
+        cache = cache or CacheConfig()
+        n_spare = prefix.spare_ids(pair, config, cache)  # sequence ids of the prompt cache's device tier
         self.target_ctx = Context(
             pair.target,
             ContextParams(
-                n_ctx=n_ctx, n_batch=n_batch, n_ubatch=min(config.n_ubatch, n_batch), n_seq_max=config.n_slots,
+                n_ctx=n_ctx, n_batch=n_batch, n_ubatch=target_ubatch(config, n_batch), n_seq_max=config.n_slots,
                 n_outputs_max=config.n_slots * span, n_outputs_max_per_seq=span,
                 n_threads=config.n_threads, feature_layers=tuple(pair.feature_layers) if spec else (),
-                kv_unified=config.kv_unified,
+                kv_unified=config.kv_unified, n_seq_spare=n_spare,
             ),
         )
         self.verifier = Verifier(self.target_ctx, with_features=spec)
@@ -78,7 +93,7 @@ class Engine:
                 pair.drafter,
                 ContextParams(n_ctx=n_ctx, n_batch=n_ub, n_ubatch=n_ub, n_seq_max=config.n_slots,
                               n_outputs_max=config.n_slots * span, n_outputs_max_per_seq=span,
-                              n_threads=config.n_threads),
+                              n_threads=config.n_threads, n_seq_spare=n_spare),
                 ctx_other=self.target_ctx,
                 causal=False,
             )
@@ -99,7 +114,7 @@ class Engine:
             if self.drafter is None:
                 raise ValueError("synthetic acceptance needs a drafter and draft_max > 0")
             self.synth_p = synthetic_rate(config.synth_len, self.default_draft)
-        self.prompt_cache = PromptCache(self, cache or CacheConfig())  # prefix reuse, RAM cache, SWA checkpoints
+        self.prompt_cache = PromptCache(self, cache, n_spare)  # prefix reuse: slots, device and RAM tiers
         self._rngs: dict[int, random.Random] = {}  # slot seq -> its request's host stream (rejection sampling)
         # The owner's hook right before each step's target forward (the server delivers the last step's events
         # there, see server/loop.py); None: nothing

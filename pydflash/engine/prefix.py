@@ -3,11 +3,18 @@
 Three paths, all keeping the target and the drafter consistent (DFLASH_NOTES §3):
 - **resident**: a released slot keeps its tokens and both caches; a new request sharing a prefix trims both at the
   same position p (and the feature bookkeeping with them) and prefills only the rest;
-- **RAM**: a resident about to be overwritten is first copied (both states + bookkeeping) into the RAM cache; a
-  request whose longest prefix lives there restores both states into its slot, all or nothing;
+- **device** (the default second tier): a resident about to be overwritten keeps its cells under a spare sequence id
+  of both contexts (``cache/device.py``: a ``seq_cp``, no copy); a request whose longest prefix lives there gets
+  those cells shared into its slot. Only residents whose prompt recurs are kept (second sight: the prompt's first
+  block was seen in an earlier request), and the kept cells are capped and given up before any admission would
+  leave a running request short of KV (``_make_room``);
+- **RAM** (opt-in): what the device tier evicts (or, without one, a resident about to be overwritten) is copied
+  (both states + bookkeeping) into the RAM cache; a request whose longest prefix lives there restores both states
+  into its slot, all or nothing;
 - **checkpoint**: an SWA target (Gemma-3) keeps only the last n_swa positions in its sliding-window layers, so a
   sequence that ran past the window cannot simply be trimmed back: the nearest checkpoint at or before p is
-  restored instead (partial state), or the request re-prefills.
+  restored instead (partial state), or the request re-prefills. With a device tier the checkpoint at the end of a
+  recurring prompt is a device entry of the prompt (the SWA layers' window at that point comes with it).
 
 The reuse point p is at most len(prompt) - 1 (the last prompt token is the first anchor and never prefilled). Past
 the positions whose features the drafter holds or has pending (decoded while adaptive drafting had extraction
@@ -18,13 +25,16 @@ restarts at p, as after any pause. Every fallback is logged with its reason.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Optional
+from collections import OrderedDict
+from typing import TYPE_CHECKING, NamedTuple, Optional
 
 import numpy as np
 
 from ..cache import blocks, slotfile
 from ..cache.config import CacheConfig
+from ..cache.device import DeviceCache
 from ..cache.digest import model_digest
+from ..cache.lru import PrefixLRU
 from ..cache.ram import RamCache
 from ..cache.snapshot import Checkpoint, Features, Snapshot
 from ..errors import CacheFileError, InvalidRequest, PydflashError
@@ -35,26 +45,61 @@ if TYPE_CHECKING:
     from .engine import Engine
 
 log = logging.getLogger(__name__)
+SEEN_PROMPTS = 4096  # first-block hashes of recent prompts remembered for the second-sight rule
+
+
+class Found(NamedTuple):
+    """The longest usable cached prefix of a prompt in one tier: where, which entry, how much, after what."""
+
+    tier: PrefixLRU
+    key: int
+    entry: Snapshot
+    p: int  # positions reused
+    ckpt: Optional[Checkpoint]
+
+
+def supported(pair, config) -> bool:
+    """Whether the prompt cache can run for this pair (the engine sizes its contexts' spare ids by it)."""
+    # a drafter with its own sliding window would need drafter checkpoints too, and the engine's drafter invariant
+    # assumes a contiguous KV from drafter_base: not supported yet
+    return pair.drafter is None or state.n_swa(pair.drafter) == 0
+
+
+def spare_ids(pair, config, cfg: CacheConfig) -> int:
+    """Spare sequence ids the engine's contexts need for the device tier (0: no device tier). KV streams would copy
+    whole buffers on seq_cp, so the device tier needs the one unified KV."""
+    if not (config.kv_unified and supported(pair, config)):
+        return 0
+    return min(cfg.spare_ids(config.n_slots), 256 - config.n_slots)
 
 
 class PromptCache:
-    def __init__(self, engine: "Engine", cfg: CacheConfig):
+    def __init__(self, engine: "Engine", cfg: CacheConfig, n_spare: int = 0):
         self.engine = engine
         self.cfg = cfg
         self.target = engine.target_ctx
         self.dctx = engine.drafter.ctx if engine.drafter is not None else None
         self.n_swa = state.n_swa(engine.model)
         self.enabled = cfg.reuse or cfg.ram_bytes > 0
-        if self.dctx is not None and state.n_swa(engine.pair.drafter) > 0:
-            # its own window would need drafter checkpoints too, and the engine's drafter invariant assumes a
-            # contiguous KV from drafter_base: not supported yet
+        if not supported(engine.pair, engine.config):
             log.warning("prompt cache off: the drafter has sliding-window layers")
             self.enabled = False
         self.digests = (model_digest(engine.model), model_digest(engine.pair.drafter) if self.dctx else "")
-        self.ram = RamCache(cfg.ram_bytes, blocks.salt(*self.digests), cfg.block) if cfg.ram_bytes else None
+        salt = blocks.salt(*self.digests)
+        self.ram = RamCache(cfg.ram_bytes, salt, cfg.block) if cfg.ram_bytes and self.enabled else None
         n = engine.config.n_slots
+        self.n_ctx = n * engine.config.n_ctx_slot  # KV cells of the target (and of the drafter)
+        cap = cfg.device_cap(self.n_ctx, engine.config.n_ctx_slot)
+        self.device = None
+        if self.enabled and n_spare and cap > 0:
+            contexts = [self.target] + ([self.dctx] if self.dctx is not None else [])
+            self.device = DeviceCache(contexts, range(n, n + n_spare), cap, salt, cfg.block, on_evict=self._spill)
+        self.seen: "OrderedDict[bytes, None]" = OrderedDict()  # recent prompts' first blocks (second sight)
+        self.salt = salt
         self.resident: list[Optional[Snapshot]] = [None] * n  # released slots' sequences (states live in the KV)
         self.live_ckpts: list[list[Checkpoint]] = [[] for _ in range(n)]  # checkpoints of the running requests
+        self.recurs = [False] * n  # whether each running request's prompt recurs (kept with its resident)
+        self.reserved = [0] * n  # KV cells each running request may come to hold, 0 for a free slot (_make_room)
         self.n_reused = 0  # prompt tokens not prefilled thanks to the cache, all requests
         self.fallbacks = 0  # cached prefixes found but not used (logged with the reason)
         self.drafter_restarts = 0  # reuses past the cached features: the drafter's context started at the reuse point
@@ -62,10 +107,12 @@ class PromptCache:
     # --- admission ------------------------------------------------------------------------------------
     def pick_slot(self, tokens: list[int], free: list[int], cache_prompt: bool = True) -> int:
         """The free slot whose resident sequence gives the longest reuse; ties go to the one with least to lose.
-        When the RAM cache holds a longer prefix, the slot with least to lose (it is restored there)."""
+        When the device or RAM tier holds a longer prefix, the slot with least to lose (it is restored there)."""
 
         def least_to_lose(seq):
-            return (self.resident[seq].n if self.resident[seq] is not None else 0, seq)
+            # a resident whose prompt never recurred is worth least: traffic that moved on left it
+            res = self.resident[seq]
+            return (0, 0, seq) if res is None else (int(res.recurs), res.n, seq)
 
         if not (self.enabled and cache_prompt):
             return min(free, key=least_to_lose)  # keep the most valuable residents
@@ -77,9 +124,9 @@ class PromptCache:
             n_common = blocks.common_prefix(res.tokens, tokens[:-1])
             return self._plan(res, self._live_swa_min(seq), n_common, quiet=True)[0]
 
-        best = max(free, key=lambda seq: (reuse(seq), -least_to_lose(seq)[0], -seq))
-        found = self.ram.lookup(tokens, len(tokens) - 1) if self.ram is not None else None
-        if found is not None and self._plan(found[1], found[1].swa_min, found[2], quiet=True)[0] > reuse(best):
+        best = max(free, key=lambda seq: (reuse(seq), tuple(-x for x in least_to_lose(seq))))
+        found = self._lookup(tokens, len(tokens) - 1, quiet=True)
+        if found is not None and found.p > reuse(best):
             return min(free, key=least_to_lose)
         return best
 
@@ -89,41 +136,82 @@ class PromptCache:
         seq, limit = slot.seq, len(tokens) - 1
         res, self.resident[seq] = self.resident[seq], None
         self.live_ckpts[seq] = []
+        self.reserved[seq] = min(self.engine.config.n_ctx_slot,
+                                 len(tokens) + slot.request.max_tokens + self.engine.block_size)
         if not (self.enabled and cache_prompt) or limit <= 0:
+            self.recurs[seq] = False
             self._save(seq, res, 0)
             self._clear(seq)
+            self._make_room()
             return 0
-        src, p, ckpt, from_ram = None, 0, None, False
+        src, p, ckpt, tier = None, 0, None, "slot"
         if res is not None and self.cfg.reuse:
             src = res
             p, ckpt = self._plan(res, self._live_swa_min(seq), blocks.common_prefix(res.tokens, tokens[:limit]))
-        found = self.ram.lookup(tokens, limit) if self.ram is not None else None
-        if found is not None:
-            key, snap, n_common = found
-            p_ram, ckpt_ram = self._plan(snap, snap.swa_min, n_common)
-            if p_ram > p:
-                # the hit first: as the most recent entry it is not the one evicted when saving the resident makes
-                # room (it was: KeyError in hit() with a full cache); a refused restore counts a miss as well
-                self.ram.hit(key)
-                self._save(seq, res, 0)
-                if self._restore(seq, snap):
-                    src, p, ckpt, from_ram = snap, p_ram, ckpt_ram, True
-                else:
-                    src, p, ckpt = None, 0, None
-        if self.ram is not None and not from_ram:
-            self.ram.miss()
-        if not from_ram:
+        found = self._lookup(tokens, limit)
+        if found is not None and found.p > p:
+            # the hit first: as the most recent entry it is not the one evicted when keeping the resident makes
+            # room (it was: KeyError in hit() with a full cache), and the device tier never evicts it for that
+            found.tier.hit(found.key)
+            self._save(seq, res, 0, protect=found.entry)
+            if self._restore(seq, found.entry):
+                src, p, ckpt = found.entry, found.p, found.ckpt
+                tier = "device" if found.tier is self.device else "RAM"
+            else:
+                src, p, ckpt = None, 0, None
+        if tier == "slot":
+            for t in (self.device, self.ram):
+                if t is not None:
+                    t.miss()
             self._save(seq, res, p)
         n = self._trim(slot, src, p, ckpt) if src is not None and p > 0 else 0
         if n == 0:
             self._clear(seq)
+        self.recurs[seq] = n >= self.cfg.block or self._seen_before(tokens)
         self.n_reused += n
         if n:
-            log.debug("slot %d: reusing %d of %d prompt tokens (%s)", seq, n, len(tokens),
-                      "RAM" if from_ram else "slot")
+            log.debug("slot %d: reusing %d of %d prompt tokens (%s)", seq, n, len(tokens), tier)
+        self._make_room()
         if self.engine.config.check_invariants:
             self.engine._check(slot)
         return n
+
+    def _lookup(self, tokens: list[int], limit: int, quiet: bool = False) -> Optional[Found]:
+        """The longest usable prefix in the device tier, or in RAM where that one is longer (a RAM restore copies
+        the state in: the device's is free)."""
+        best = None
+        for tier in (self.device, self.ram):
+            hit = tier.lookup(tokens, limit) if tier is not None else None
+            if hit is None:
+                continue
+            key, entry, n_common = hit
+            swa_min = self._live_swa_min(entry.seq) if entry.seq >= 0 else entry.swa_min
+            p, ckpt = self._plan(entry, swa_min, n_common, quiet=quiet)
+            if p > (best.p if best is not None else 0):
+                best = Found(tier, key, entry, p, ckpt)
+        return best
+
+    def _seen_before(self, tokens: list[int]) -> bool:
+        """Second sight: whether a recent prompt started with the same first block (then remember this one)."""
+        if len(tokens) < self.cfg.block:
+            return False
+        h = blocks.block_hash(self.salt, tokens[: self.cfg.block])
+        seen = h in self.seen
+        self.seen[h] = None
+        self.seen.move_to_end(h)
+        while len(self.seen) > SEEN_PROMPTS:
+            self.seen.popitem(last=False)
+        return seen
+
+    def _make_room(self) -> None:
+        """Give up device entries, oldest first, until every running request's worst case (prompt + max_tokens +
+        a block), every resident and every entry fit the KV together: without entries they always do (each slot's
+        share is capped at n_ctx_slot), so no running request ever finds the KV short for kept sequences."""
+        if self.device is None:
+            return
+        held = sum(r if r else (res.n if res is not None else 0) for r, res in zip(self.reserved, self.resident))
+        while self.device.entries and held + self.device.used > self.n_ctx:
+            self.device.evict_oldest()
 
     def _plan(self, src: Snapshot, swa_min: int, n_common: int,
               quiet: bool = False) -> tuple[int, Optional[Checkpoint]]:
@@ -165,11 +253,15 @@ class PromptCache:
 
     # --- restore and trim ---------------------------------------------------------------------------------
     def _restore(self, seq: int, snap: Snapshot) -> bool:
-        """Both full states into ``seq``, all or nothing; then checked against the snapshot's bookkeeping."""
+        """Both full states into ``seq`` (a device entry's cells shared, a RAM entry's bytes copied in), all or
+        nothing; then checked against the snapshot's bookkeeping."""
         try:
-            state.state_seq_set(self.target, seq, snap.target)
-            if self.dctx is not None:
-                state.state_seq_set(self.dctx, seq, snap.drafter)
+            if snap.seq >= 0:
+                self.device.restore(snap, seq)
+            else:
+                state.state_seq_set(self.target, seq, snap.target)
+                if self.dctx is not None:
+                    state.state_seq_set(self.dctx, seq, snap.drafter)
         except PydflashError as exc:
             self._clear(seq)
             self._fallback(f"restore refused ({exc})", snap.n)
@@ -240,6 +332,7 @@ class PromptCache:
         """Keep a finished (or cancelled) slot's sequence resident: both caches trimmed to the tokens we know."""
         seq = slot.seq
         ckpts, self.live_ckpts[seq] = self.live_ckpts[seq], []
+        self.reserved[seq] = 0
         if not (self.enabled and slot.request.cache_prompt):
             self.resident[seq] = None
             self._clear(seq)
@@ -256,7 +349,7 @@ class PromptCache:
             self._clear(seq)
             return
         self.resident[seq] = Snapshot(np.asarray(tokens, dtype=np.int32), feats,
-                                      checkpoints=[c for c in ckpts if c.n <= n])
+                                      checkpoints=[c for c in ckpts if c.n <= n], recurs=self.recurs[seq])
 
     def _features_at(self, slot: Slot, n: int) -> Features:
         """The slot's feature bookkeeping cut at n positions (the drafter KV trimmed with it)."""
@@ -275,34 +368,64 @@ class PromptCache:
         return f
 
     def _snapshot(self, seq: int, res: Snapshot) -> Snapshot:
-        """Copy a resident sequence's live states out of both contexts."""
-        live_min = self._live_swa_min(seq)
-        # a full state leaves out SWA cells already masked for the sequence's last position
-        swa_min = max(live_min, res.n - self.n_swa) if self.n_swa else 0
+        """Copy a resident sequence's (or a device entry's) live states out of both contexts."""
+        swa_min = self._swa_min(seq, res.n)
         target = state.state_seq_get(self.target, seq)
         drafter = state.state_seq_get(self.dctx, seq) if self.dctx is not None else b""
         # checkpoints only where the full state cannot serve (before its window), else they are dead weight
         ckpts = [c for c in res.checkpoints if not self._swa_ok(swa_min, c.n)]
         return Snapshot(res.tokens.copy(), res.features, swa_min=swa_min, checkpoints=ckpts, target=target,
-                        drafter=drafter)
+                        drafter=drafter, recurs=res.recurs)
 
-    def _save(self, seq: int, res: Optional[Snapshot], keep: int) -> None:
-        """Copy a resident into RAM before its caches are cut to ``keep`` positions, if that loses enough."""
-        if self.ram is None or res is None or res.n - keep < self.cfg.save_min_drop:
+    def _swa_min(self, seq: int, n: int) -> int:
+        """Smallest position a copy of ``seq``'s first n positions holds in the SWA layers: a full state leaves out
+        SWA cells already masked for the sequence's last position."""
+        return max(self._live_swa_min(seq), n - self.n_swa) if self.n_swa else 0
+
+    def _save(self, seq: int, res: Optional[Snapshot], keep: int, protect: Optional[Snapshot] = None) -> None:
+        """Keep a resident before its caches are cut to ``keep`` positions, if that loses enough: in the device tier
+        where its prompt recurs (no copy), else in RAM where there is no device tier."""
+        if res is None or res.n - keep < self.cfg.save_min_drop:
             return
+        if self.device is not None:
+            if res.recurs or self.cfg.keep_all:
+                self.device.keep(seq, res, protect)
+            return
+        if self.ram is not None:
+            self._to_ram(seq, res)
+
+    def _spill(self, entry: Snapshot) -> None:
+        """A device entry on its way out: into RAM, where there is a RAM tier (a copy out of the KV)."""
+        if self.ram is not None:
+            self._to_ram(entry.seq, entry)
+
+    def _to_ram(self, seq: int, res: Snapshot) -> None:
         try:
             self.ram.put(self._snapshot(seq, res))
         except PydflashError as exc:
             log.info("slot %d: not copied to the RAM cache: %s", seq, exc)
 
     def after_prefill(self, slot: Slot) -> None:
-        """A checkpoint at the end of the prompt: where the next turn of a chat is most likely to diverge."""
+        """A checkpoint at the end of the prompt: where the next turn of a chat is most likely to diverge. With a
+        device tier, a device entry of the prompt (no copy), for a recurring prompt only."""
+        if self.device is not None:
+            if self._outgrows_window(slot) and self.recurs[slot.seq] and slot.n_past >= self.cfg.block:
+                n = slot.n_past
+                self.device.keep(slot.seq, Snapshot(np.asarray(slot.prompt[:n], dtype=np.int32),
+                                                    self._features_at(slot, n), recurs=True))
+            return
         ck = self.live_ckpts[slot.seq]
         if ck and ck[-1].n >= slot.n_past:
             return
         self._checkpoint(slot)
 
+    def _outgrows_window(self, slot: Slot) -> bool:
+        """Whether the sequence can run past the SWA window (then no later copy of it serves a trim to here)."""
+        return self.n_swa > 0 and len(slot.prompt) + slot.request.max_tokens > self.n_swa
+
     def after_commit(self, slot: Slot) -> None:
+        if self.device is not None:
+            return  # state-copy checkpoints are the RAM tier's way: one device entry at the prompt's end instead
         ck = self.live_ckpts[slot.seq]
         if slot.n_past - (ck[-1].n if ck else 0) >= self.cfg.checkpoint_every:
             self._checkpoint(slot)
@@ -312,7 +435,7 @@ class PromptCache:
             return
         if not slot.request.cache_prompt or slot.n_past == 0:
             return
-        if len(slot.prompt) + slot.request.max_tokens <= self.n_swa:
+        if not self._outgrows_window(slot):
             # the sequence can never outgrow the window, so every snapshot of it keeps all its SWA cells and serves
             # any prefix without one. Skipping matters on a GPU: a PARTIAL state read of one sequence among 16
             # interleaved ones is thousands of small device-to-host copies (~70 ms on an H200, docs/benchmarks.md)
@@ -362,6 +485,8 @@ class PromptCache:
     def metrics(self) -> dict:
         out = {"n_reused_tokens": self.n_reused, "fallbacks": self.fallbacks, "drafter_restarts": self.drafter_restarts,
                "resident_tokens": sum(r.n for r in self.resident if r is not None)}
+        if self.device is not None:
+            out["device"] = self.device.metrics()
         if self.ram is not None:
             out["ram"] = self.ram.metrics()
         return out

@@ -203,6 +203,10 @@ memory_seq_pos_max = _declare("llama_memory_seq_pos_max", [ctypes.c_void_p, ctyp
                               keep_gil=True)
 memory_seq_pos_min = _declare("llama_memory_seq_pos_min", [ctypes.c_void_p, ctypes.c_int32], ctypes.c_int32,
                               keep_gil=True)
+# void llama_memory_seq_cp(llama_memory_t mem, llama_seq_id seq_id_src, llama_seq_id seq_id_dst, llama_pos p0,
+#                          llama_pos p1);
+memory_seq_cp = _declare("llama_memory_seq_cp", [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32,
+                                                 ctypes.c_int32], None, keep_gil=True)
 # void llama_sampler_accept(struct llama_sampler * smpl, llama_token token);
 sampler_accept = _declare("llama_sampler_accept", [ctypes.c_void_p, ctypes.c_int32], None, keep_gil=True)
 # bool llama_vocab_is_eog(const struct llama_vocab * vocab, llama_token token);

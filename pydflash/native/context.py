@@ -18,8 +18,8 @@ from ..errors import DecodeError, InvalidBatch, KVSlotFull, RollbackError
 from ._lib import (
     C, embeddings_layer_inp_addr,
     get_sampled_candidates_count_ith, get_sampled_candidates_ith, get_sampled_probs_count_ith, get_sampled_probs_ith,
-    get_sampled_token_ith, get_sampled_tokens, llama_set_embeddings_layer_inp, memory_seq_pos_max, memory_seq_pos_min,
-    memory_seq_rm, raise_if_interrupted, sampler_accept,
+    get_sampled_token_ith, get_sampled_tokens, llama_set_embeddings_layer_inp, memory_seq_cp, memory_seq_pos_max,
+    memory_seq_pos_min, memory_seq_rm, raise_if_interrupted, sampler_accept,
 )
 from .features import LayerRows
 from .handles import ContextParams, Model
@@ -170,8 +170,9 @@ class Context:
         cp.n_ctx = params.n_ctx
         cp.n_batch = params.n_batch
         cp.n_ubatch = params.n_ubatch
-        cp.n_seq_max = params.n_seq_max
-        cp.n_outputs_max = params.n_outputs_max
+        cp.n_seq_max = params.n_seq_max + params.n_seq_spare
+        # llama.cpp sizes its output buffers for at least one row per sequence id, spare ones included
+        cp.n_outputs_max = max(params.n_outputs_max, cp.n_seq_max) if params.n_outputs_max else 0
         cp.n_outputs_max_per_seq = params.n_outputs_max_per_seq
         cp.kv_unified = params.kv_unified
         cp.no_perf = True
@@ -445,6 +446,17 @@ class Context:
         self.n_writes += 1
         if not memory_seq_rm(self._mem, seq_id, p0, p1):
             raise RollbackError(f"memory refused to remove positions [{p0}, {p1}) of sequence {seq_id}")
+
+    def seq_cp(self, src: int, dst: int, p0: int = 0, p1: int = -1) -> None:
+        """Give sequence ``dst`` the cells of ``src`` at positions [p0, p1) as well. In a unified KV cache (one
+        stream) this is bookkeeping only: the cells are shared, no K/V byte moves and the device is not touched,
+        which is what lets the prompt cache keep sequences at no cost per step. Streams would copy whole buffers:
+        refused."""
+        if not self.params.kv_unified:
+            raise RollbackError("seq_cp between KV streams copies buffers: the engine keeps one stream for this")
+        self.flush_rollbacks()
+        self.n_writes += 1
+        memory_seq_cp(self._mem, src, dst, p0, p1)
 
     def seq_rm_later(self, seq_id: int, p0: int) -> None:
         """Remove a sequence's positions from p0 on, before anything else reads or writes this context's memory

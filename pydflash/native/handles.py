@@ -204,12 +204,18 @@ class Model:
         return buf.raw[:got]
 
 
+LLAMA_MAX_SEQ = 256  # llama-cparams.h: sequence ids per context
+
+
 @dataclass(frozen=True)
 class ContextParams:
     n_ctx: int = 4096  # total KV cells: shared by all sequences (kv_unified), or n_ctx / n_seq_max each
     n_batch: int = 512
     n_ubatch: int = 512
     n_seq_max: int = 1
+    # Sequence ids past n_seq_max that never decode: they only hold cells shared with others (``Context.seq_cp``),
+    # the device prompt cache's copies of released sequences. No sampler is attached to them.
+    n_seq_spare: int = 0
     # Most outputs (logits rows) in one batch, and per sequence; llama.cpp sizes its output and backend-sampling
     # buffers by these (n_vocab floats each), so they are kept to what a verify step needs. 0 = n_batch.
     n_outputs_max: int = 0
@@ -228,6 +234,8 @@ class ContextParams:
         for name in ("n_ctx", "n_batch", "n_ubatch", "n_seq_max"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.n_seq_spare < 0 or self.n_seq_max + self.n_seq_spare > LLAMA_MAX_SEQ:
+            raise ValueError(f"n_seq_max + n_seq_spare must be at most {LLAMA_MAX_SEQ}")
         if self.n_ubatch > self.n_batch:
             raise ValueError("n_ubatch must be <= n_batch")
         if self.n_threads < 0:

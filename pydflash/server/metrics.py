@@ -63,6 +63,14 @@ CACHE_BYTES = Gauge("pydflash_prompt_cache_ram_bytes", "Bytes of snapshots in th
                     multiprocess_mode="livesum")
 CACHE_ENTRIES = Gauge("pydflash_prompt_cache_ram_entries", "Snapshots in the RAM cache", ["model"],
                       multiprocess_mode="livesum")
+DEVICE_HITS = Counter("pydflash_prompt_cache_device_hits_total", "Admissions served from sequences kept in the KV "
+                      "(the device tier: no copy)", ["model"])
+DEVICE_MISSES = Counter("pydflash_prompt_cache_device_misses_total", "Admissions the device tier did not serve",
+                        ["model"])
+DEVICE_EVICTIONS = Counter("pydflash_prompt_cache_device_evictions_total", "Device-tier entries given up (cap, or KV "
+                           "needed by running requests)", ["model"])
+DEVICE_CELLS = Gauge("pydflash_prompt_cache_device_cells", "KV cells held by device-tier entries (upper bound: "
+                     "cells shared with slots count too)", ["model"], multiprocess_mode="livesum")
 CACHE_KEPT = Gauge("pydflash_prompt_cache_slot_tokens", "Tokens kept in idle slots for reuse", ["model"],
                    multiprocess_mode="livesum")
 RESIDENT = Gauge("pydflash_models_resident", "Model workers loaded and serving", multiprocess_mode="livesum")
@@ -115,7 +123,7 @@ class StepRecorder:
         self._shown = (-1, -1)
         SLOTS_TOTAL.labels(model).set(n_slots)
         for counter in (CACHE_REUSED, CACHE_FALLBACKS, CACHE_DRAFTER_RESTARTS, CACHE_HITS, CACHE_MISSES,
-                        CACHE_EVICTIONS):
+                        CACHE_EVICTIONS, DEVICE_HITS, DEVICE_MISSES, DEVICE_EVICTIONS):
             counter.labels(model)  # shown as 0 from the start, not only after the first event
 
     def on_step(self, state, events) -> None:
@@ -155,11 +163,13 @@ class StepRecorder:
     def _cache(self, pc: dict) -> None:
         """Counters from the prompt cache's cumulative counts (by their increase), gauges as they are."""
         m = self.model
-        ram = pc.get("ram") or {}
+        ram, dev = pc.get("ram") or {}, pc.get("device") or {}
         counts = {"reused": (CACHE_REUSED, pc["n_reused_tokens"]), "fallbacks": (CACHE_FALLBACKS, pc["fallbacks"]),
                   "drafter_restarts": (CACHE_DRAFTER_RESTARTS, pc["drafter_restarts"]),
                   "hits": (CACHE_HITS, ram.get("hits", 0)), "misses": (CACHE_MISSES, ram.get("misses", 0)),
-                  "evictions": (CACHE_EVICTIONS, ram.get("evictions", 0))}
+                  "evictions": (CACHE_EVICTIONS, ram.get("evictions", 0)),
+                  "device_hits": (DEVICE_HITS, dev.get("hits", 0)), "device_misses": (DEVICE_MISSES, dev.get("misses", 0)),
+                  "device_evictions": (DEVICE_EVICTIONS, dev.get("evictions", 0))}
         for key, (counter, total) in counts.items():
             seen = self._cache_seen.get(key, 0)
             if total > seen:
@@ -167,6 +177,7 @@ class StepRecorder:
                 self._cache_seen[key] = total
         CACHE_BYTES.labels(m).set(ram.get("bytes", 0))
         CACHE_ENTRIES.labels(m).set(ram.get("entries", 0))
+        DEVICE_CELLS.labels(m).set(dev.get("cells", 0))
         CACHE_KEPT.labels(m).set(pc["resident_tokens"])
 
     def forget(self, request_id: int) -> None:

@@ -9,7 +9,7 @@
     drafter = "gemma-3-270m-dflash-q8_0.gguf"
     n_slots = 4
     n_ctx_slot = 4096
-    cache_ram_mib = 256                   # prompt cache (docs/cache.md); slot_save_path is relative to this file too
+    cache_ram_mib = 0                     # prompt cache (docs/cache.md); slot_save_path is relative to this file too
 
     [split]                               # the target's layers over llama.cpp RPC servers (pydflash/rpc.py)
     target = "big.gguf"
@@ -65,7 +65,8 @@ class Preset:
     max_queue: int = 64  # requests waiting for a slot before 429
     # prompt cache (docs/cache.md): llama-server's --cache-reuse, --cache-ram, --ctx-checkpoints, --slot-save-path
     cache_reuse: bool = True
-    cache_ram_mib: float = 256.0  # 0 = no RAM cache
+    cache_device_cells: int = -1  # KV cells for sequences kept on the device (-1 = a quarter of the KV, 0 = off)
+    cache_ram_mib: float = 0.0  # 0 = no RAM cache (a state copy per entry: opt-in)
     checkpoint_every: int = 256
     slot_save_path: Optional[str] = None  # directory of /slots/{id}?action=save|restore files; None = refused
     # benchmarking only: forced mean acceptance length (pydflash-speculative --spec-synth-len); the text is invalid
@@ -103,7 +104,8 @@ class Preset:
                             warm_up=None if self.warm_up else False)
 
     def cache_config(self) -> CacheConfig:
-        return CacheConfig(reuse=self.cache_reuse, ram_mib=self.cache_ram_mib, checkpoint_every=self.checkpoint_every)
+        return CacheConfig(reuse=self.cache_reuse, device_cells=self.cache_device_cells, ram_mib=self.cache_ram_mib,
+                           checkpoint_every=self.checkpoint_every)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
