@@ -122,7 +122,7 @@ class PromptCache:
             if res is None or not self.cfg.reuse:
                 return 0
             n_common = blocks.common_prefix(res.tokens, tokens[:-1])
-            return self._plan(res, self._live_swa_min(seq), n_common, quiet=True)[0]
+            return self._plan(res, self._swa_min(seq, res.n), n_common, quiet=True)[0]
 
         best = max(free, key=lambda seq: (reuse(seq), tuple(-x for x in least_to_lose(seq))))
         found = self._lookup(tokens, len(tokens) - 1, quiet=True)
@@ -147,7 +147,7 @@ class PromptCache:
         src, p, ckpt, tier = None, 0, None, "slot"
         if res is not None and self.cfg.reuse:
             src = res
-            p, ckpt = self._plan(res, self._live_swa_min(seq), blocks.common_prefix(res.tokens, tokens[:limit]))
+            p, ckpt = self._plan(res, self._swa_min(seq, res.n), blocks.common_prefix(res.tokens, tokens[:limit]))
         found = self._lookup(tokens, limit)
         if found is not None and found.p > p:
             # the hit first: as the most recent entry it is not the one evicted when keeping the resident makes
@@ -185,7 +185,7 @@ class PromptCache:
             if hit is None:
                 continue
             key, entry, n_common = hit
-            swa_min = self._live_swa_min(entry.seq) if entry.seq >= 0 else entry.swa_min
+            swa_min = self._swa_min(entry.seq, entry.n) if entry.seq >= 0 else entry.swa_min
             p, ckpt = self._plan(entry, swa_min, n_common, quiet=quiet)
             if p > (best.p if best is not None else 0):
                 best = Found(tier, key, entry, p, ckpt)
@@ -378,9 +378,12 @@ class PromptCache:
                         drafter=drafter, recurs=res.recurs)
 
     def _swa_min(self, seq: int, n: int) -> int:
-        """Smallest position a copy of ``seq``'s first n positions holds in the SWA layers: a full state leaves out
-        SWA cells already masked for the sequence's last position."""
-        return max(self._live_swa_min(seq), n - self.n_swa) if self.n_swa else 0
+        """Smallest position from which a kept sequence of n positions surely holds every SWA cell. llama.cpp may
+        give a cell to another sequence once it is masked for its only owner (position <= n - n_swa), in cell order,
+        not position order: such a sequence can have holes above its smallest position (seq_pos_min does not see
+        them). Only the cells of [n - n_swa + 1, n) are safe, so past the window a kept sequence serves its whole
+        length, not a trim back into it: the prompt-end entries and checkpoints serve those."""
+        return max(self._live_swa_min(seq), n - self.n_swa + 1) if self.n_swa else 0
 
     def _save(self, seq: int, res: Optional[Snapshot], keep: int, protect: Optional[Snapshot] = None) -> None:
         """Keep a resident before its caches are cut to ``keep`` positions, if that loses enough: in the device tier
@@ -443,7 +446,7 @@ class PromptCache:
         seq, n = slot.seq, slot.n_past
         data = state.state_seq_get(self.target, seq, state.PARTIAL)
         ck = self.live_ckpts[seq]
-        ck.append(Checkpoint(n, max(self._live_swa_min(seq), n - self.n_swa), data))
+        ck.append(Checkpoint(n, self._swa_min(seq, n), data))
         del ck[: max(0, len(ck) - self.cfg.max_checkpoints)]
 
     # --- slot files -----------------------------------------------------------------------------------
