@@ -151,7 +151,7 @@ def load(target: PathLike, drafter: Optional[PathLike] = None, config: Optional[
          allow_scale_mismatch: bool = False, target_kv_overrides: Optional[dict] = None,
          cache: Optional[CacheConfig] = None) -> LLM:
     """target_kv_overrides: GGUF metadata overrides for the target (llama.cpp's --override-kv).
-    cache: prompt-cache options (default CacheConfig(): prefix reuse and a 256 MiB RAM cache; docs/cache.md).
+    cache: prompt-cache options (default CacheConfig(): slot reuse and the device tier; docs/cache.md).
     config.rpc: llama.cpp RPC servers for the target's offloaded layers (EngineConfig, pydflash/rpc.py)."""
     config = config or EngineConfig()
     pair = load_pair(target, drafter, n_gpu_layers=config.n_gpu_layers, allow_scale_mismatch=allow_scale_mismatch,
