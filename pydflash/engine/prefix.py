@@ -39,6 +39,7 @@ from ..cache.ram import RamCache
 from ..cache.snapshot import Checkpoint, Features, Snapshot
 from ..errors import CacheFileError, InvalidRequest, PydflashError
 from ..native import state
+from ..native.handles import LLAMA_MAX_SEQ
 from .slot import FeatureRows, Slot
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ class Found(NamedTuple):
     ckpt: Optional[Checkpoint]
 
 
-def supported(pair, config) -> bool:
+def supported(pair) -> bool:
     """Whether the prompt cache can run for this pair (the engine sizes its contexts' spare ids by it)."""
     # a drafter with its own sliding window would need drafter checkpoints too, and the engine's drafter invariant
     # assumes a contiguous KV from drafter_base: not supported yet
@@ -68,9 +69,9 @@ def supported(pair, config) -> bool:
 def spare_ids(pair, config, cfg: CacheConfig) -> int:
     """Spare sequence ids the engine's contexts need for the device tier (0: no device tier). KV streams would copy
     whole buffers on seq_cp, so the device tier needs the one unified KV."""
-    if not (config.kv_unified and supported(pair, config)):
+    if not (config.kv_unified and supported(pair)):
         return 0
-    return min(cfg.spare_ids(config.n_slots), 256 - config.n_slots)
+    return min(cfg.spare_ids(config.n_slots), LLAMA_MAX_SEQ - config.n_slots)
 
 
 class PromptCache:
@@ -81,7 +82,7 @@ class PromptCache:
         self.dctx = engine.drafter.ctx if engine.drafter is not None else None
         self.n_swa = state.n_swa(engine.model)
         self.enabled = cfg.reuse or cfg.ram_bytes > 0
-        if not supported(engine.pair, engine.config):
+        if not supported(engine.pair):
             log.warning("prompt cache off: the drafter has sliding-window layers")
             self.enabled = False
         self.digests = (model_digest(engine.model), model_digest(engine.pair.drafter) if self.dctx else "")
@@ -167,7 +168,8 @@ class PromptCache:
         n = self._trim(slot, src, p, ckpt) if src is not None and p > 0 else 0
         if n == 0:
             self._clear(seq)
-        self.recurs[seq] = n >= self.cfg.block or self._seen_before(tokens)
+        seen = self._seen_before(tokens)  # (remembered whatever the reuse)
+        self.recurs[seq] = seen or n >= self.cfg.block
         self.n_reused += n
         if n:
             log.debug("slot %d: reusing %d of %d prompt tokens (%s)", seq, n, len(tokens), tier)
