@@ -114,7 +114,10 @@ class Engine:
             if self.drafter is None:
                 raise ValueError("synthetic acceptance needs a drafter and draft_max > 0")
             self.synth_p = synthetic_rate(config.synth_len, self.default_draft)
-        self.prompt_cache = PromptCache(self, cache, n_spare)  # prefix reuse: slots, device and RAM tiers
+        # prefix reuse: slots, device and RAM tiers
+        self.prompt_cache = PromptCache(self.target_ctx, self.drafter.ctx if self.drafter else None, pair, config,
+                                        cache, n_spare, self.block_size, busy=lambda seq: self.slots[seq] is not None,
+                                        check=self._check if config.check_invariants else None)
         self._rngs: dict[int, random.Random] = {}  # slot seq -> its request's host stream (rejection sampling)
         # The owner's hook right before each step's target forward (the server delivers the last step's events
         # there, see server/loop.py); None: nothing

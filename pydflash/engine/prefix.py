@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from typing import TYPE_CHECKING, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
@@ -38,12 +38,12 @@ from ..cache.lru import PrefixLRU
 from ..cache.ram import RamCache
 from ..cache.snapshot import Checkpoint, Features, Snapshot
 from ..errors import CacheFileError, InvalidRequest, PydflashError
-from ..native import state
+from ..config import EngineConfig
+from ..native import Context, state
 from ..native.handles import LLAMA_MAX_SEQ
+from ..pair import Pair
 from .slot import FeatureRows, Slot
 
-if TYPE_CHECKING:
-    from .engine import Engine
 
 log = logging.getLogger(__name__)
 SEEN_PROMPTS = 4096  # first-block hashes of recent prompts remembered for the second-sight rule
@@ -75,22 +75,30 @@ def spare_ids(pair, config, cfg: CacheConfig) -> int:
 
 
 class PromptCache:
-    def __init__(self, engine: "Engine", cfg: CacheConfig, n_spare: int = 0):
-        self.engine = engine
+    """The engine's prompt reuse. It sees the engine through a narrow interface: both contexts, the pair, the
+    configuration, whether a slot is busy, and the slot invariant to check after a reuse (None: unchecked)."""
+
+    def __init__(self, target: Context, drafter: Optional[Context], pair: Pair, config: EngineConfig,
+                 cfg: CacheConfig, n_spare: int = 0, block_size: int = 0, busy: Callable[[int], bool] = lambda s: False,
+                 check: Optional[Callable[[Slot], None]] = None):
         self.cfg = cfg
-        self.target = engine.target_ctx
-        self.dctx = engine.drafter.ctx if engine.drafter is not None else None
-        self.n_swa = state.n_swa(engine.model)
+        self.config = config
+        self.block_size = block_size
+        self.busy = busy
+        self.check = check
+        self.target = target
+        self.dctx = drafter
+        self.n_swa = state.n_swa(pair.target)
         self.enabled = cfg.reuse or cfg.ram_bytes > 0
-        if not supported(engine.pair):
+        if not supported(pair):
             log.warning("prompt cache off: the drafter has sliding-window layers")
             self.enabled = False
-        self.digests = (model_digest(engine.model), model_digest(engine.pair.drafter) if self.dctx else "")
+        self.digests = (model_digest(pair.target), model_digest(pair.drafter) if self.dctx else "")
         salt = blocks.salt(*self.digests)
         self.ram = RamCache(cfg.ram_bytes, salt, cfg.block) if cfg.ram_bytes and self.enabled else None
-        n = engine.config.n_slots
-        self.n_ctx = n * engine.config.n_ctx_slot  # KV cells of the target (and of the drafter)
-        cap = cfg.device_cap(self.n_ctx, engine.config.n_ctx_slot)
+        n = config.n_slots
+        self.n_ctx = n * config.n_ctx_slot  # KV cells of the target (and of the drafter)
+        cap = cfg.device_cap(self.n_ctx, config.n_ctx_slot)
         self.device = None
         if self.enabled and n_spare and cap > 0:
             contexts = [self.target] + ([self.dctx] if self.dctx is not None else [])
@@ -137,8 +145,7 @@ class PromptCache:
         seq, limit = slot.seq, len(tokens) - 1
         res, self.resident[seq] = self.resident[seq], None
         self.live_ckpts[seq] = []
-        self.reserved[seq] = min(self.engine.config.n_ctx_slot,
-                                 len(tokens) + slot.request.max_tokens + self.engine.block_size)
+        self.reserved[seq] = min(self.config.n_ctx_slot, len(tokens) + slot.request.max_tokens + self.block_size)
         if not (self.enabled and cache_prompt) or limit <= 0:
             self.recurs[seq] = False
             self._save(seq, res, 0)
@@ -174,8 +181,8 @@ class PromptCache:
         if n:
             log.debug("slot %d: reusing %d of %d prompt tokens (%s)", seq, n, len(tokens), tier)
         self._make_room()
-        if self.engine.config.check_invariants:
-            self.engine._check(slot)
+        if self.check is not None:
+            self.check(slot)
         return n
 
     def _lookup(self, tokens: list[int], limit: int, quiet: bool = False) -> Optional[Found]:
@@ -483,7 +490,7 @@ class PromptCache:
     def _idle_resident(self, seq: int) -> Optional[Snapshot]:
         if not 0 <= seq < len(self.resident):
             raise InvalidRequest(f"no slot {seq}")
-        if self.engine.slots[seq] is not None:
+        if self.busy(seq):
             raise InvalidRequest(f"slot {seq} is busy")
         return self.resident[seq]
 
