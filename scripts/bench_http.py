@@ -11,8 +11,8 @@ acceptance).
   patches/, so that it is the server a user of that llama.cpp runs);
 - ``py-plain`` (``--no-spec``), ``py-dflash`` (the shipped drafter), ``py-random`` (a random drafter): pydflash-server
   with no other flag;
-- secondary: ``py-plain-nocache``, ``py-dflash-nocache``: the same with the prompt cache off
-  (``--no-cache-reuse --cache-ram 0``).
+- secondary: ``py-plain-nocache``, ``py-dflash-nocache``: the same with every tier of the prompt cache off
+  (``--no-cache-reuse --cache-ram 0 --cache-device 0``).
 
 Every server gets only the model, ``-np`` (the largest level), the context (``--ctx``, 4096 per slot; native ``-c``
 is the total) and ``-ngl``: no threads, cache or draft flags. All servers run at once and each level's rounds are
@@ -183,17 +183,18 @@ TARGETS = [
 # -bs, its fastest plain setup on the H200: see NATIVE_PLAINS), no threads, no cache flags, no draft length. The
 # native baseline is whatever --llama-server names: on the device, llama-server built from the pinned tree without
 # patches/ (scripts/device/remote.sh), so that it is the server a user of that llama.cpp would run.
-NOCACHE = ("--no-cache-reuse", "--cache-ram", "0")
+# every tier off: the slot's own prompt, the device tier (on by default) and the RAM tier
+NOCACHE = ("--no-cache-reuse", "--cache-ram", "0", "--cache-device", "0")
+NOCACHE_WORDS = " ".join(NOCACHE)
 DEFAULT_CONDITIONS = [
     Condition("native-bs", "native", "llama-server -kvu -bs", ("-kvu", "-bs")),
     Condition("py-plain", "pydflash", "pydflash plain (--no-spec)", ("--no-spec",)),
     Condition("py-dflash", "pydflash", "pydflash, shipped drafter", (), "shipped"),
     Condition("py-random", "pydflash", "pydflash, random drafter", (), "random"),
     # secondary: what the prompt cache is worth, on (the default) against off
-    Condition("py-plain-nocache", "pydflash", "pydflash plain, cache off (--no-cache-reuse --cache-ram 0)",
-              ("--no-spec", *NOCACHE)),
-    Condition("py-dflash-nocache", "pydflash", "pydflash, shipped drafter, cache off (--no-cache-reuse --cache-ram 0)",
-              NOCACHE, "shipped"),
+    Condition("py-plain-nocache", "pydflash", f"pydflash plain, cache off ({NOCACHE_WORDS})", ("--no-spec", *NOCACHE)),
+    Condition("py-dflash-nocache", "pydflash", f"pydflash, shipped drafter, cache off ({NOCACHE_WORDS})", NOCACHE,
+              "shipped"),
 ]
 BENCH_DIR = REPO / "scripts" / "bench"
 FRESH_PROMPTS = BENCH_DIR / "prompts_fresh_v1.jsonl"

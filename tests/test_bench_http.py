@@ -270,8 +270,8 @@ def test_defaults_servers_get_only_model_slots_context_and_gpu_layers():
     assert native == ["-m", "T", "-np", "4", "-c", "16384", "-ngl", "all", "-kvu", "-bs"]
     assert bench_http.server_args(conds["py-dflash"], a, "T", drafters) == \
         ["-m", "T", "-md", "D", "-np", "4", "-c", "4096", "-ngl", "-1"]
-    assert bench_http.server_args(conds["py-plain-nocache"], a, "T", drafters)[-4:] == \
-        ["--no-spec", "--no-cache-reuse", "--cache-ram", "0"]
+    assert bench_http.server_args(conds["py-plain-nocache"], a, "T", drafters)[-6:] == \
+        ["--no-spec", "--no-cache-reuse", "--cache-ram", "0", "--cache-device", "0"]
 
 
 def defaults_report(workloads: dict, clients=(1, 8), chat_clients=(8,)) -> dict:
