@@ -1,4 +1,4 @@
-"""Deterministic tiny GGUF models for tests: a target (llama | qwen3 | gemma3) and a
+"""Deterministic tiny GGUF models for tests: a target (llama | qwen3 | gemma3 | gemma4) and a
 matching DFlash drafter in upstream, fork-era and z-lab safetensors layouts.
 
     from pydflash.factory import write_tiny_pair
@@ -9,7 +9,7 @@ Nothing here touches the native library; it only writes files with gguf-py and s
 """
 
 from .pair import FACTORY_VERSION, TinyPair, write_tiny_pair
-from .targets import ARCHS
+from .targets import ALL_ARCHS, ARCHS
 from .tokenizer import TinyVocab, build_vocab
 
-__all__ = ["ARCHS", "FACTORY_VERSION", "TinyPair", "TinyVocab", "build_vocab", "write_tiny_pair"]
+__all__ = ["ALL_ARCHS", "ARCHS", "FACTORY_VERSION", "TinyPair", "TinyVocab", "build_vocab", "write_tiny_pair"]

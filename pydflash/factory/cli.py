@@ -12,14 +12,15 @@ import logging
 from pathlib import Path
 
 from .pair import write_tiny_pair
-from .targets import ARCHS
+from .targets import ALL_ARCHS, ARCHS
 from .weights import DTYPES
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pydflash-make-tiny-models", description=__doc__.split("\n\n")[0])
     p.add_argument("out_dir", type=Path)
-    p.add_argument("--arch", action="append", choices=ARCHS, help="repeatable; default: all")
+    p.add_argument("--arch", action="append", choices=ALL_ARCHS,
+                   help=f"repeatable; default: {', '.join(ARCHS)}")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--drafter-layers", type=int, default=1)
     p.add_argument("--dtype", choices=DTYPES, default="f32")

@@ -6,7 +6,8 @@
        layers.N.self_attn.{q,k,v,o}_proj.weight        layers.N.self_attn.{q,k}_norm.weight
        layers.N.mlp.{gate,up,down}_proj.weight
    config.json is Qwen3-style with ``dflash_config`` = {target_layer_ids (raw HF ids),
-   mask_token_id, block_size, input_embedding_scale}.
+   mask_token_id, block_size, input_embedding_scale, and final_logit_softcapping where the
+   target caps (gemma4)}.
 
 2. Upstream llama.cpp GGUF (``general.architecture = "dflash"``), exactly what
    conversion/qwen.py DFlashModel emits and src/models/dflash.cpp loads:
@@ -70,6 +71,7 @@ class DrafterSpec:
     n_vocab: int
     input_embedding_scale: float  # 1.0, or sqrt(n_embd) for Gemma targets
     block_size: int = 16
+    logit_softcap: float | None = None  # the target's final logit softcap; z-lab's config carries it for Gemma-4
 
     def __post_init__(self) -> None:
         if self.n_layer < 1:
@@ -94,7 +96,7 @@ def drafter_spec(target: TargetSpec, n_layer: int, vocab: TinyVocab) -> DrafterS
         head_dim=target.head_dim, n_ff=target.n_ff, n_ctx=target.n_ctx, rms_eps=target.rms_eps,
         rope_base=target.rope_base, target_layer_ids=pick_target_layer_ids(target.n_layer),
         n_target_layers=target.n_layer, mask_token_id=vocab.mask_id, n_vocab=vocab.n_vocab,
-        input_embedding_scale=target.embedding_scale,
+        input_embedding_scale=target.embedding_scale, logit_softcap=target.logit_softcap,
     )
 
 
@@ -209,6 +211,8 @@ def hf_config(spec: DrafterSpec, dtype: str) -> dict:
             "mask_token_id": spec.mask_token_id,
             "block_size": spec.block_size,
             "input_embedding_scale": spec.input_embedding_scale,
+            # written only where the target caps: z-lab's compute_logits then caps the drafter's logits too
+            **({"final_logit_softcapping": spec.logit_softcap} if spec.logit_softcap else {}),
         },
     }
 

@@ -1,7 +1,7 @@
 """write_tiny_pair: one target + its drafter (three layouts) in a directory, cached.
 
     out_dir/
-      target.gguf            target in llama.cpp layout (arch llama | qwen3 | gemma3)
+      target.gguf            target in llama.cpp layout (arch llama | qwen3 | gemma3 | gemma4)
       drafter.gguf           DFlash drafter, upstream layout (arch "dflash")
       drafter-fork.gguf      same weights, fork-era layout (arch "dflash-draft")
       drafter-hf/model.safetensors, drafter-hf/config.json   same weights, z-lab layout
@@ -25,7 +25,8 @@ from .drafter import (
     DrafterSpec, drafter_spec, drafter_weights, write_drafter_fork_gguf, write_drafter_gguf,
     write_drafter_hf,
 )
-from .targets import ARCHS, TargetSpec, default_spec, target_weights, write_target
+from . import gemma4, targets
+from .targets import ALL_ARCHS, TargetSpec
 from .tokenizer import TinyVocab, build_vocab
 
 log = logging.getLogger(__name__)
@@ -63,9 +64,10 @@ class TinyPair:
     block_size: int
     drafter_layers: int
     target_layer_ids: tuple[int, ...]  # raw HF ids; upstream GGUF stores these + 1
-    embedding_scale: float  # what the drafter's noise embeddings need (sqrt(n_embd) for gemma3)
+    embedding_scale: float  # what the drafter's noise embeddings need (sqrt(n_embd) for gemma3 and gemma4)
     embedding_scale_key: float | None  # what drafter.gguf carries as dflash.embedding_scale
     tied_output: bool  # target has no output.weight (head = token_embd)
+    logit_softcap: float | None = None  # the target's final logit softcap (gemma4: 30), inherited by the drafter
 
     @property
     def target_layer_inputs(self) -> tuple[int, ...]:
@@ -101,6 +103,12 @@ def _is_cached(out_dir: Path, digest: str) -> bool:
     return all((out_dir / rel).is_file() and (out_dir / rel).stat().st_size == sizes.get(rel) for rel in _FILES.values())
 
 
+def _default_spec(arch: str, tied_output: bool) -> TargetSpec:
+    if arch == gemma4.GEMMA4:
+        return gemma4.default_spec(tied_output)
+    return targets.default_spec(arch, tied_output=tied_output)
+
+
 def _make_pair(out_dir: Path, spec: TargetSpec, dspec: DrafterSpec, vocab: TinyVocab, seed: int,
                dtype: str, scale_key: float | None) -> TinyPair:
     paths = {k: out_dir / rel for k, rel in _FILES.items()}
@@ -110,6 +118,7 @@ def _make_pair(out_dir: Path, spec: TargetSpec, dspec: DrafterSpec, vocab: TinyV
         eos_id=vocab.eos_id, mask_token_id=dspec.mask_token_id, block_size=dspec.block_size,
         drafter_layers=dspec.n_layer, target_layer_ids=dspec.target_layer_ids,
         embedding_scale=spec.embedding_scale, embedding_scale_key=scale_key, tied_output=spec.tied_output,
+        logit_softcap=spec.logit_softcap,
     )
 
 
@@ -130,15 +139,15 @@ def write_tiny_pair(
     token_embd as the head, and so does the drafter through ctx_other). Off by default
     because tiny tied models loop sooner (see targets.default_spec).
     """
-    if arch not in ARCHS:
-        raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
+    if arch not in ALL_ARCHS:
+        raise ValueError(f"arch must be one of {ALL_ARCHS}, got {arch!r}")
     W.check_dtype(dtype)
     if embedding_scale_key is not None:
         embedding_scale_key = float(embedding_scale_key)
 
     out_dir = Path(out_dir)
     vocab = build_vocab()
-    spec = default_spec(arch, tied_output=bool(tied_output))
+    spec = _default_spec(arch, bool(tied_output))
     dspec = drafter_spec(spec, drafter_layers, vocab)
     pair = _make_pair(out_dir, spec, dspec, vocab, seed, dtype, embedding_scale_key)
 
@@ -151,8 +160,9 @@ def write_tiny_pair(
     (out_dir / MANIFEST).unlink(missing_ok=True)  # incomplete until rewritten below
 
     # separate streams: target weights never depend on drafter parameters
-    t_tensors = target_weights(spec, W.rng_for(seed, ARCHS.index(arch), 0), vocab.n_vocab, dtype)
-    d_tensors = drafter_weights(dspec, W.rng_for(seed, ARCHS.index(arch), 1), dtype)
+    layout = gemma4 if arch == gemma4.GEMMA4 else targets  # gemma4 has its own tensors and keys
+    t_tensors = layout.target_weights(spec, W.rng_for(seed, ALL_ARCHS.index(arch), 0), vocab.n_vocab, dtype)
+    d_tensors = drafter_weights(dspec, W.rng_for(seed, ALL_ARCHS.index(arch), 1), dtype)
 
     # Write into a private staging dir, then os.replace each file: a concurrent reader (or a
     # second pytest worker writing the same pair) never sees a half-written model file.
@@ -160,7 +170,7 @@ def write_tiny_pair(
     tmp = {k: stage / rel for k, rel in _FILES.items()}
     tmp["config_json"].parent.mkdir(parents=True, exist_ok=True)
     try:
-        write_target(tmp["target"], spec, vocab, t_tensors, dtype)
+        layout.write_target(tmp["target"], spec, vocab, t_tensors, dtype)
         write_drafter_gguf(tmp["drafter"], dspec, vocab, d_tensors, dtype, embedding_scale_key)
         write_drafter_fork_gguf(tmp["drafter_fork"], dspec, vocab, d_tensors, dtype)
         write_drafter_hf(tmp["safetensors"], tmp["config_json"], dspec, d_tensors, dtype)

@@ -32,7 +32,11 @@ import numpy as np
 from . import weights as W
 from .tokenizer import TinyVocab, add_vocab
 
-ARCHS = ("llama", "qwen3", "gemma3")
+ARCHS = ("llama", "qwen3", "gemma3")  # the archs written by this module, in one shared layout
+# every arch the factory writes; gemma4 has its own layout (factory/gemma4.py). Appended, so that the seed streams
+# of the first three (rng_for(seed, ALL_ARCHS.index(arch), ...)) stay what they were.
+ALL_ARCHS = ARCHS + ("gemma4",)
+GEMMA_ARCHS = ("gemma3", "gemma4")  # scale token embeddings by sqrt(n_embd) inside their own graph
 
 
 @dataclass(frozen=True)
@@ -56,8 +60,8 @@ class TargetSpec:
     tied_output: bool = False  # no output.weight: llama.cpp reuses token_embd as the head
 
     def __post_init__(self) -> None:
-        if self.arch not in ARCHS:
-            raise ValueError(f"arch must be one of {ARCHS}, got {self.arch!r}")
+        if self.arch not in ALL_ARCHS:
+            raise ValueError(f"arch must be one of {ALL_ARCHS}, got {self.arch!r}")
         if self.n_head * self.head_dim != self.n_embd:
             # llama's loader requires n_rot == n_embd / n_head; keep all archs consistent
             raise ValueError("n_head * head_dim must equal n_embd")
@@ -71,7 +75,12 @@ class TargetSpec:
     @property
     def embedding_scale(self) -> float:
         """What a drafter sharing this target's embeddings must multiply them by."""
-        return float(np.sqrt(self.n_embd)) if self.arch == "gemma3" else 1.0
+        return float(np.sqrt(self.n_embd)) if self.arch in GEMMA_ARCHS else 1.0
+
+    @property
+    def logit_softcap(self) -> float | None:
+        """The target's final logit softcap (Gemma-2/4); None where it has none."""
+        return None
 
 
 def default_spec(arch: str, tied_output: bool = False) -> TargetSpec:
@@ -87,8 +96,11 @@ def default_spec(arch: str, tied_output: bool = False) -> TargetSpec:
         )
     else:
         raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
-    if not tied_output:
-        return spec
+    return tie_output(spec) if tied_output else spec
+
+
+def tie_output(spec: TargetSpec) -> TargetSpec:
+    """The spec without output.weight (the head is token_embd), with weights that keep greedy output varied."""
     # Measured on these tiny models: with a tied head, large embeddings make every token
     # predict itself, and unit-RMS ones leave the input too weak, so greedy output falls
     # into a 1-3 token loop. A small embedding (input RMS ~0.24 after any in-graph scale)
