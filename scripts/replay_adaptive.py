@@ -19,6 +19,15 @@ vary it with --inject-ms.
 ``--warm-up F`` makes the first two steps of each shape (verify tokens and features, drafter block tokens) cost F
 times the model, as on the H200 through HTTP, where ggml-cuda allocates a graph at a shape's first call and captures a
 CUDA graph at its second (docs/gpu_2026-12-01-g/README.md); the modelled tok/s counts them too.
+
+``--synthetic P`` runs no engine: the policy alone, closed loop, on every slot count of ``--slots`` (comma-separated),
+each draft accepted with probability P, against whole-step costs of the H200 through HTTP with the shipped pair
+(``HttpH200``: the docs/gpu_2026-12-03-b traces) or, with ``--flat``, the issue's step split (a 16-token-a-slot verify
+1.25x a plain step at any load, tests/test_adaptive.py's LoadMachine). It prints each load's share of paused steps, its
+modelled speedup over plain decoding and the best fixed K's (what drafting can give there):
+
+    .venv/bin/python scripts/replay_adaptive.py --synthetic 0.72 --slots 1,4,8,16 [--flat] [--steps 3000] [--seeds 4]
+        [--request-tokens 256]
 """
 
 from __future__ import annotations
@@ -71,9 +80,118 @@ class H200:
         return 1e-3 * (self.inject_ms + self.inject_row_us * 1e-3 * rows) if rows else 0.0
 
 
+class HttpH200:
+    """Whole decode-step seconds through HTTP on the H200, shipped pair (docs/gpu_2026-12-03-b traces, medians): a plain
+    step (py-plain), and the verify (+ commit + host) and drafter parts of steps where every slot drafts 15 (py-synth8),
+    by running slots; shapes between from docs/gpu_2026-12-03-d/step_costs_picks_1.json (a verify of 2 / 5 tokens a
+    slot adds 13 / 40 % of what 16 add; a drafting step's drafter work at 1 / 4 / 8 drafts a slot is about 0.66 / 0.76 /
+    0.88 of its work at 15). The drafter part is taken at the number of drafting slots."""
+
+    PLAIN = {1: 1.069e-3, 4: 1.314e-3, 8: 1.654e-3, 16: 2.341e-3}
+    FEATURES = 1.08  # a step with target features (feat against off steps at 4-16 slots: +7-15 %)
+    VERIFY16 = {1: 2.064e-3, 4: 3.924e-3, 8: 6.42e-3, 16: 8.81e-3}
+    DRAFT15 = {1: 0.908e-3, 4: 1.579e-3, 8: 2.454e-3, 16: 3.929e-3}
+    SPAN = {1: 0.0, 2: 0.13, 5: 0.40, 16: 1.0}
+    DRAFT_K = {1: 0.66, 4: 0.76, 8: 0.88, 15: 1.0}
+
+    def step(self, ks: list[int], features: bool) -> tuple[float, float]:
+        n, drafting = len(ks), sum(1 for k in ks if k)
+        plain = _interp(self.PLAIN, n) * self.FEATURES
+        t_verify = plain + (_interp(self.VERIFY16, n) - plain) * _interp(self.SPAN, 1 + sum(ks) / n)
+        t_verify /= 1.0 if features else self.FEATURES
+        if not drafting:
+            return t_verify, 0.0
+        return t_verify, _interp(self.DRAFT15, drafting) * _interp(self.DRAFT_K, sum(ks) / drafting)
+
+
+class FlatH200(HttpH200):
+    """The issue's step split: a verify of 16 tokens a slot 1.25x a plain step at any load, the drafter's work 0.37 ms
+    + 0.13 ms per drafting slot (tests/test_adaptive.py's LoadMachine)."""
+
+    def step(self, ks: list[int], features: bool) -> tuple[float, float]:
+        n, drafting = len(ks), sum(1 for k in ks if k)
+        t_verify = _interp(self.PLAIN, n) * self.FEATURES * (1.0 + 0.25 * sum(ks) / (15 * n))
+        t_verify /= 1.0 if features else self.FEATURES
+        return t_verify, (0.37e-3 + 0.13e-3 * drafting) if drafting else 0.0
+
+
+def _interp(table: dict, x: float) -> float:
+    xs = sorted(table)
+    if x <= xs[0]:
+        return table[xs[0]]
+    for a, b in zip(xs, xs[1:]):
+        if x <= b:
+            return table[a] + (table[b] - table[a]) * (x - a) / (b - a)
+    a, b = xs[-2], xs[-1]
+    return table[b] + (table[b] - table[a]) / (b - a) * (x - b)
+
+
+def synthetic(machine, n: int, p: float, steps: int, seed: int, request_tokens: int = 0) -> tuple[float, float]:
+    """(share of paused steps, committed tokens/s over plain decoding's) past the first 10 % of steps, the policy
+    observing costs as the engine does (Engine._observe_costs: samples_costs, a probe's as upper bounds).
+    request_tokens: a slot's request ends after this many tokens and a new one takes it (at 1 slot in an idle engine:
+    ``alone``); 0: one request a slot throughout."""
+    import random
+
+    from pydflash.engine import adaptive
+
+    rng, policy = random.Random(seed), adaptive.DraftPolicy(StepCosts(drop_first=True))
+    slots = [adaptive.SlotPolicy() for _ in range(n)]
+    left = [request_tokens] * n
+    paused = tokens = seconds = 0.0
+    for i in range(steps):
+        plan = (adaptive.Plan([0] * n, False) if policy.paused_step(n) else policy.plan([(s, 15) for s in slots]))
+        t_verify, t_draft = machine.step(plan.drafts, plan.features)
+        if policy.samples_costs():
+            kept = policy.costs.observe(n, n + sum(plan.drafts), plan.features, t_verify,
+                                        sum(k + 1 for k in plan.drafts if k), t_draft, policy.costs_are_upper_bounds())
+            policy.observe_step(n, t_verify + t_draft, kept,
+                                (n, n + sum(plan.drafts), sum(k + 1 for k in plan.drafts if k)))
+        accepted = 0
+        for j, (s, k) in enumerate(zip(slots, plan.drafts)):
+            m = 0
+            while m < k and rng.random() < p:
+                m += 1
+            policy.observe(s, k, m)
+            accepted += m
+            left[j] -= 1 + m
+            if request_tokens and left[j] <= 0:  # the next request
+                slots[j], left[j] = adaptive.SlotPolicy(), request_tokens
+                if n == 1:
+                    policy.alone(1)
+        if i >= steps // 10:
+            paused += not any(plan.drafts)
+            tokens += n + accepted
+            seconds += t_verify + t_draft
+    plain = n / machine.step([0] * n, False)[0]
+    return paused / (steps - steps // 10), tokens / seconds / plain
+
+
+def main_synthetic(a) -> int:
+    machine = FlatH200() if a.flat else HttpH200()
+    report = {"p": a.synthetic, "costs": type(machine).__name__, "steps": a.steps, "seeds": a.seeds,
+              "request_tokens": a.request_tokens, "loads": {}}
+    tau = 1 + sum(a.synthetic**j for j in range(1, 16))
+    for n in (int(x) for x in str(a.slots).split(",")):
+        runs = [synthetic(machine, n, a.synthetic, a.steps, seed, a.request_tokens) for seed in range(a.seeds)]
+        plain = n / machine.step([0] * n, False)[0]
+        best = max((n * (1 + sum(a.synthetic**j for j in range(1, k + 1))) / sum(machine.step([k] * n, True)) / plain,
+                    k) for k in (1, 2, 3, 4, 6, 8, 11, 15))
+        report["loads"][n] = {"paused": [round(r[0], 3) for r in runs], "speedup": [round(r[1], 3) for r in runs],
+                              "best_fixed_k": best[1] if best[0] > 1 else 0,
+                              "best_speedup": round(max(1.0, best[0]), 3)}
+        print(f"{n:2d} slots (tau {tau:.2f} at 15): paused {report['loads'][n]['paused']}, speedup "
+              f"{report['loads'][n]['speedup']}; best fixed K {report['loads'][n]['best_fixed_k']}: "
+              f"{report['loads'][n]['best_speedup']}x", flush=True)
+    if a.out:
+        pathlib.Path(a.out).write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--slots", type=int, default=1, help="concurrent requests (each wave fills every slot)")
+    ap.add_argument("--slots", default="1", help="concurrent requests (each wave fills every slot); with "
+                    "--synthetic, slot counts comma-separated")
     ap.add_argument("--requests", type=int, default=4, help="requests per slot, one after another")
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--order", default="", help="held-out code prompt indices to run, comma-separated (default: "
@@ -85,7 +203,17 @@ def main(argv=None) -> int:
     ap.add_argument("--catch-up-in-d", action="store_true", help="the old rule: catch-up injection counts in D")
     ap.add_argument("--warm-up", type=float, default=1.0, help="cost factor of the first two steps of each shape")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--synthetic", type=float, default=None, help="no engine: the policy alone, each draft accepted "
+                    "with this probability, on the H200's costs (the module)")
+    ap.add_argument("--flat", action="store_true", help="with --synthetic: the issue's step split (FlatH200)")
+    ap.add_argument("--steps", type=int, default=3000, help="with --synthetic: decode steps per run")
+    ap.add_argument("--seeds", type=int, default=4, help="with --synthetic: runs per slot count")
+    ap.add_argument("--request-tokens", type=int, default=0, help="with --synthetic: tokens per request (0: one "
+                    "request a slot throughout)")
     a = ap.parse_args(argv)
+    if a.synthetic is not None:
+        return main_synthetic(a)
+    a.slots = int(a.slots)
 
     data = np.load(HELDOUT)
     p_len = int(data["prompt_len"])

@@ -31,6 +31,11 @@ final comparison: drafting must beat R_plain by MARGIN, or nobody drafts this st
   at its best drafting K, which costs little in a step that drafts anyway.
 - A drafting decision is kept for REPLAN_EVERY steps while the same slots run: acceptance evidence moves slowly,
   and deciding for 16 slots costs a few percent of a GPU step.
+- The first decision, and the one after each probe, may draft although drafting does not look like it pays
+  (``_explore``): the probe's K where its cost at this load was never measured (a probe cannot measure it on a GPU)
+  and drafting would pay at the least the measurements allow; after a probe, drafting that falls short of the bar
+  by less than NEAR / sqrt(n), which renews acceptance evidence that a pause leaves as it was when a dip decided it.
+  Neither resets the pause length, and neither happens for a drafter that looks useless.
 - Target features are extracted only when needed: in drafting steps and in the FEATURE_LEAD steps before a probe
   (SHORT_LEAD before the probe of a pause of LONG_PAUSE steps or more), where only the probing slots keep them
   (``Plan.keep``). The drafter's context then restarts from those features (see ``Slot``), at no extra target work.
@@ -91,6 +96,14 @@ BLANK_EVIDENCE = 3.0  # (decayed) first drafts seen before that rate is trusted
 # 1 client, instead of ~0.6 s.
 USELESS_PAUSE = 2048
 PROBE_K = 4  # the least a probe drafts (where draft_max allows): enough positions to see whether a block pays
+# After a probe, drafting whose estimated rate falls short of the bar (plain decoding + MARGIN) by less than NEAR /
+# sqrt(n) at n slots is tried for one decision (``_explore``). A pause is decided when the noisy acceptance estimate
+# dips, and that estimate then stands through the pause (a probe adds one observation a slot), so a drafter that
+# paid ~15 % at 1 slot stopped at the first dip of its text and seldom drafted again (simulated with the H200's
+# through-HTTP costs, prose-like text of tau 2.7 at 1 slot: drafting in 37 % of its steps, 1.09x of plain; with the
+# trial 1.14x, drafting in every step 1.18x). The step's total acceptance is less noisy with more slots: at 4-16
+# slots a wider band tried drafting that lost (mixed texts, simulated: 0.92x of plain where pausing gave 0.96x).
+NEAR = 0.1
 # While the engine's evidence says first drafts are (almost) never accepted (BLANK_FIRST_RATE), a pause's probe
 # drafts on at most this many slots, those probed least so far (each request in turn), and only they keep target
 # features in its lead-in. On the H200 through HTTP a probe of every slot cost 16-52 ms at 16 slots against a 2.9 ms
@@ -196,6 +209,7 @@ class DraftPolicy:
     _probe_predicted: float = 0.0  # the curves' seconds for the last probe
     _n: int | None = None  # the slot count ``backoff`` is for (``_at``); the others' stand in _backoffs
     _backoffs: dict = field(default_factory=dict)
+    _may_explore: bool = True  # the next decision may explore (``_explore``): the first one, and each after a probe
 
     def plan(self, slots: list[tuple[SlotPolicy, int]]) -> Plan:
         """K for each (slot policy, draft_max) of the running slots, chosen together."""
@@ -224,14 +238,13 @@ class DraftPolicy:
             self._predicted = self._last[2]
             return Plan(list(self._last[1]), True)
         curves = [accept_curve(pol.counts, self.prior, m) for pol, m in slots]
-        # a plain step costs at most what one with features costs: the smaller of the two is the fresher (steps
-        # with features are measured in every lead-in and refresh, steps without only during pauses)
-        plain = n / min(c.verify(n, n, features=False), c.verify(n, n, features=True))
+        plain = n / c.plain(n)
         ks, probe = self._choose(n, curves, maxes, plain)
         self._last = None
+        after_probe = self._probe_hits is not None
         blank_probe, self._probe_hits = self._probe_hits == 0, None
         if self.pause == 1:  # the probe: the probing slots draft at their best drafting K
-            self.pause, self._probe_hits, self._probe_step = 0, 0, True
+            self.pause, self._probe_hits, self._probe_step, self._may_explore = 0, 0, True, True
             self._forget_overhead(n)
             keep = self._keep(slots)
             ks = probe() if keep is None else [k if kept else 0 for k, kept in zip(probe(), keep)]
@@ -240,6 +253,10 @@ class DraftPolicy:
             v, d, _ = self._drafting_step(n, curves, ks)
             self._probe_predicted = v + d
             return Plan(ks, True, keep)
+        explore, self._may_explore = self._may_explore and not any(ks), False
+        if explore:
+            ks = self._explore(n, curves, maxes, plain, probe, after_probe) or ks
+            explore = any(ks)
         if not any(ks):
             if log.isEnabledFor(logging.INFO):  # once per pause: why (what the GPU's cost curves said)
                 log.info("%s", self._why_pause(n, curves, probe(), plain))
@@ -248,7 +265,8 @@ class DraftPolicy:
             useless = blank_probe and self._first_draft_rate() < BLANK_FIRST_RATE
             self.backoff = min((BLANK_PROBE_GROWTH if useless else 2) * self.backoff, self._longest_pause(n))
             return self._paused(slots, zeros)
-        self.backoff = MIN_BACKOFF
+        if not explore:  # drafting pays (an exploration only measures: the pauses keep growing)
+            self.backoff = MIN_BACKOFF
         probes = None
         for i, (pol, m) in enumerate(slots):
             if ks[i]:
@@ -489,16 +507,46 @@ class DraftPolicy:
         c = self.costs
         return c.verify_chord(n, n, n + sum(ks)), c.draft_chord(2, sum(k + 1 for k in ks if k))
 
-    def _drafting_step(self, n: int, curves: list[list[float]], ks: list[int]) -> tuple[float, float, float]:
-        """A step drafting ks: its verify and drafter seconds (features on) and its expected accepted drafts."""
+    def _drafting_step(self, n: int, curves: list[list[float]], ks: list[int],
+                       floor: bool = False) -> tuple[float, float, float]:
+        """A step drafting ks: its verify and drafter seconds (features on) and its expected accepted drafts; floor:
+        the drafter's seconds at the least its measurements allow (StepCosts.draft_floor)."""
         c = self.costs
         blocks = sum(k + 1 for k in ks if k)
-        return (c.verify(n, n + sum(ks), features=True), c.draft(blocks) if blocks else 0.0,
-                sum(e[k] for e, k in zip(curves, ks)))
+        d = (c.draft_floor(blocks) if floor else c.draft(blocks)) if blocks else 0.0
+        return c.verify(n, n + sum(ks), features=True), d, sum(e[k] for e, k in zip(curves, ks))
 
-    def _rate(self, n: int, curves: list[list[float]], ks: list[int]) -> float:
-        v, d, accepted = self._drafting_step(n, curves, ks)
+    def _rate(self, n: int, curves: list[list[float]], ks: list[int], floor: bool = False) -> float:
+        v, d, accepted = self._drafting_step(n, curves, ks, floor)
         return (n + accepted) / (self.overhead_at(n) * (v + d))
+
+    def _explore(self, n: int, curves: list[list[float]], maxes: list[int], plain: float, probe,
+                 after_probe: bool) -> list[int] | None:
+        """K per slot to draft for one decision although drafting does not look like it pays, or None; only at the
+        first decision and right after a probe, and never for a drafter that looks useless (its 3 % budget).
+
+        - The probe's K, where what it costs at this load was never measured and drafting would pay were its
+          drafter forward to cost no more than the largest block measured: a probe cannot measure it (on a GPU it
+          teaches only upper bounds, ``costs_are_upper_bounds``), so without this an estimate that is too high
+          never changes. The drafter's curve is over block tokens whatever the number of drafting slots, while on
+          the H200 through HTTP a drafting step's drafter work grows with that number as much as with the tokens
+          (1.58 ms at 4 slots drafting ~7 each as at 4 drafting 15, 0.91 ms for one slot's 15, docs/gpu_2026-12-03-b
+          traces). Calibrated at 8 slots, the curve's last slope (8 slots' blocks of 3 against one slot's of 16)
+          priced 8 slots drafting 4 at 3.2 ms for 1.4 in tests/test_adaptive.py's LoadMachine, and every pause's
+          probe of that shape failed: paused through 99.7 % of the steps where drafting gave 1.56x.
+        - After a probe, drafting that falls short of the bar by less than NEAR / sqrt(n) (the module)."""
+        if self._first_draft_rate() < BLANK_FIRST_RATE:
+            return None
+        ks = probe()
+        blocks = sum(k + 1 for k in ks if k)
+        if (any(ks) and not self.costs.measured(n, n + sum(ks), blocks)
+                and self._rate(n, curves, ks, floor=True) >= plain * (1.0 + MARGIN)):
+            return ks
+        if after_probe:
+            ks, _ = self._choose(n, curves, maxes, plain * (1.0 - NEAR / n**0.5))
+            if any(ks):
+                return ks
+        return None
 
 
 def _best_ks(curves: list[list[float]], maxes: list[int], lam: float, cv: float, cd: float,

@@ -116,6 +116,14 @@ class Curve:
         i = min(range(len(xs)), key=lambda j: abs(xs[j] - x))
         return xs[i], ts[i]
 
+    def floor(self, x: float) -> Optional[float]:
+        """The least x can cost by what was measured: the cost at the largest known point at or below x (a cost never
+        falls with more tokens), the smallest known cost below every point; None while nothing is known."""
+        xs, ts = self._points()
+        if not xs:
+            return None
+        return ts[max(0, bisect.bisect_right(xs, x) - 1)]
+
     def __call__(self, x: float) -> Optional[float]:
         xs, ts = self._points()
         if not xs:
@@ -195,6 +203,38 @@ class StepCosts:
             return shape(x)
         px, pt = level.nearest(x)
         return max(1e-9, pt + shape(x) - shape(px))
+
+    def plain(self, n: int) -> Optional[float]:
+        """A plain step of n slots without features: n's own measurement where there is one (at most what a step with
+        features costs, the fresher of the two), else the step with features less what features cost at the slot
+        count nearest n where both were measured. Steps without features are measured only in pauses, so at a load
+        that has not paused yet the step with features stood in for plain decoding, which made it look 7-15 % dearer
+        than it is on the H200 through HTTP (features on against off at 4-16 slots, docs/gpu_2026-12-03-b traces):
+        drafting that lost that much looked worth it."""
+        on = self.verify(n, n, True)
+        off = self.verify_by_n.get((False, n))
+        if off is not None and off.has(n):
+            return off(n) if on is None else min(off(n), on)
+        if on is None:
+            return self.verify(n, n, False)
+        both = [(abs(m - n), m) for (f, m), c in self.verify_by_n.items()
+                if f and c.has(m) and (False, m) in self.verify_by_n and self.verify_by_n[(False, m)].has(m)]
+        if not both:
+            return on
+        m = min(both)[1]
+        return on * min(1.0, self.verify_by_n[(False, m)](m) / self.verify_by_n[(True, m)](m))
+
+    def draft_floor(self, x: float) -> Optional[float]:
+        """The least D(x) can be by what was measured (``Curve.floor``): at most the estimate, less where that is
+        extrapolated above the measured block sizes."""
+        est, lo = self.draft(x), self.draft.floor(x)
+        return est if lo is None or est is None else min(est, lo)
+
+    def measured(self, n: int, x: int, blocks: int) -> bool:
+        """Whether steps of n slots with x verify tokens (features on) and blocks drafter block tokens were measured
+        past their warm-up, rather than estimated from other shapes."""
+        own = self.verify_by_n.get((True, n))
+        return own is not None and own.has(x) and (blocks == 0 or self.draft.has(blocks))
 
     def verify_chord(self, n: int, x0: float, x1: float) -> float:
         """Seconds per extra verify token (features on) between x0 and x1, >= 0."""
