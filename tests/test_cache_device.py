@@ -174,3 +174,26 @@ def test_prompt_end_entry_of_a_prompt_past_the_window(tiny, copies):
     assert copies["get"] == copies["set"] == 0
     eng.close()
     off.close()
+
+
+def test_shared_prefix_past_the_window_is_kept_where_prompts_part(tiny, copies):
+    """Gemma-3 (window 64): conversations share a 100-token system prompt, then part. A kept conversation that ran
+    past the window cannot be trimmed back to the shared part, so the second one's prefill stops where it parts from
+    the first and keeps that point as a device entry; the third reuses all of the shared prompt from it. Outputs
+    equal the cache-off engine's; nothing is copied."""
+    g3 = tiny("gemma3")
+    pair = load_pair(g3.target, g3.drafter)
+    cfg = EngineConfig(n_slots=1, n_ctx_slot=640)
+    eng, off = Engine(pair, cfg, cache=CacheConfig(block=16)), Engine(pair, cfg, cache=OFF)
+    system = prompt(21, 100)
+    got = []
+    for i in range(3):
+        p = system + prompt(30 + i, 21)[1:]
+        r = eng.generate(p, max_tokens=40, ignore_eos=True)
+        assert r.tokens == off.generate(p, max_tokens=40, ignore_eos=True).tokens
+        got.append(r.stats.n_cached)
+    assert got[0] == 0 and got[1] < 100 <= got[2], got
+    assert any(e.n == 100 for e in eng.prompt_cache.device.entries.values())
+    assert copies["get"] == copies["set"] == 0
+    eng.close()
+    off.close()

@@ -12,7 +12,7 @@ class CacheConfig:
     reuse: bool = True
     # The device tier (cache/device.py): a released slot's sequence that a new request is about to overwrite is kept
     # in the KV under a spare sequence id (a seq_cp: no copy), found later by longest prefix. At most this many KV
-    # cells (-1: a quarter of the engine's KV, at least one slot's share; 0: off), and ``device_ids`` spare ids (-1: one per slot, and one more).
+    # cells (-1: a quarter of the engine's KV, at least one slot's share; 0: off), and ``device_ids`` spare ids (-1: two per slot, and one more).
     device_cells: int = -1
     device_ids: int = -1
     # Which released sequences the device tier keeps: those whose prompt's first block was seen in an earlier
@@ -47,8 +47,10 @@ class CacheConfig:
         """Spare sequence ids the engine's contexts need for the device tier."""
         if not self.reuse or self.device_cells == 0:
             return 0
-        # one more than slots: a slot's resident can be kept while the entry restored into that slot holds its id
-        return n_slots + 1 if self.device_ids < 0 else self.device_ids
+        # two per slot (a slot's kept sequence, and an entry at a branch point or a prompt's end of its request)
+        # and one more: a slot's resident can be kept while the entry restored into that slot holds its id. Each id
+        # may hold a sliding window of cells (llama.cpp sizes an SWA cache by sequence ids).
+        return 2 * n_slots + 1 if self.device_ids < 0 else self.device_ids
 
     def device_cap(self, n_ctx: int, n_ctx_slot: int) -> int:
         """KV cells the device tier may hold: by default a quarter of the KV, and at least one slot's share."""

@@ -282,6 +282,9 @@ class Engine:
         chunks = []
         for slot in prefilling:
             n = min(len(slot.prefill), room, self.config.n_batch)
+            end = self.prompt_cache.chunk_end(slot)  # a chunk ends where the prompt cache keeps a prefix
+            if end is not None:
+                n = min(n, end - slot.n_past)
             if n <= 0:
                 break
             chunks.append((slot, slot.prefill[:n]))

@@ -109,6 +109,7 @@ class PromptCache:
         self.live_ckpts: list[list[Checkpoint]] = [[] for _ in range(n)]  # checkpoints of the running requests
         self.recurs = [False] * n  # whether each running request's prompt recurs (kept with its resident)
         self.reserved = [0] * n  # KV cells each running request may come to hold, 0 for a free slot (_make_room)
+        self.branch = [0] * n  # where each prefilling prompt leaves what earlier traffic shared (``_branch_at``)
         self.n_reused = 0  # prompt tokens not prefilled thanks to the cache, all requests
         self.fallbacks = 0  # cached prefixes found but not used (logged with the reason)
         self.drafter_restarts = 0  # reuses past the cached features: the drafter's context started at the reuse point
@@ -177,6 +178,7 @@ class PromptCache:
             self._clear(seq)
         seen = self._seen_before(tokens)  # (remembered whatever the reuse)
         self.recurs[seq] = seen or n >= self.cfg.block
+        self.branch[seq] = self._branch_at(slot, tokens[:limit], n, res)
         self.n_reused += n
         if n:
             log.debug("slot %d: reusing %d of %d prompt tokens (%s)", seq, n, len(tokens), tier)
@@ -211,6 +213,23 @@ class PromptCache:
         while len(self.seen) > SEEN_PROMPTS:
             self.seen.popitem(last=False)
         return seen
+
+    def _branch_at(self, slot: Slot, prompt: list[int], n: int, was: Optional[Snapshot]) -> int:
+        """Where this prompt parts from the longest prefix it shares with a kept sequence, when that prefix could
+        not be reused: an SWA target's kept sequence past the window serves only its whole length (``_swa_min``),
+        so a system prompt shared by every new conversation would be prefilled again each time. The slot keeps a
+        device entry when its prefill reaches that point (``chunk_end`` stops a chunk there), and the next prompt
+        that parts at the same place reuses it. ``was``: the slot's own kept sequence, just replaced. 0: none."""
+        if self.device is None or not self.n_swa or not self._outgrows_window(slot):
+            return 0
+        kept = [r for r in self.resident + [was] if r is not None] + list(self.device.entries.values())
+        shared = max((blocks.common_prefix(r.tokens, prompt) for r in kept), default=0)
+        return shared if shared >= self.cfg.block and shared > n else 0
+
+    def chunk_end(self, slot: Slot) -> Optional[int]:
+        """The position the slot's next prefill chunk must not pass (its branch point), None: no limit."""
+        b = self.branch[slot.seq]
+        return b if b > slot.n_past else None
 
     def _make_room(self) -> None:
         """Give up device entries, oldest first, until every running request's worst case (prompt + max_tokens +
@@ -422,14 +441,18 @@ class PromptCache:
         device tier, a device entry of the prompt (no copy), for a recurring prompt only."""
         if self.device is not None:
             if self._outgrows_window(slot) and self.recurs[slot.seq] and slot.n_past >= self.cfg.block:
-                n = slot.n_past
-                self.device.keep(slot.seq, Snapshot(np.asarray(slot.prompt[:n], dtype=np.int32),
-                                                    self._features_at(slot, n), recurs=True))
+                self._keep_live(slot)
             return
         ck = self.live_ckpts[slot.seq]
         if ck and ck[-1].n >= slot.n_past:
             return
         self._checkpoint(slot)
+
+    def _keep_live(self, slot: Slot) -> None:
+        """A device entry of a running slot's first n_past positions (they are all prompt), shared with it."""
+        n = slot.n_past
+        self.device.keep(slot.seq, Snapshot(np.asarray(slot.prompt[:n], dtype=np.int32), self._features_at(slot, n),
+                                            recurs=True))
 
     def _outgrows_window(self, slot: Slot) -> bool:
         """Whether the sequence can run past the SWA window (then no later copy of it serves a trim to here)."""
@@ -437,7 +460,11 @@ class PromptCache:
 
     def after_commit(self, slot: Slot) -> None:
         if self.device is not None:
-            return  # state-copy checkpoints are the RAM tier's way: one device entry at the prompt's end instead
+            # state-copy checkpoints are the RAM tier's way: device entries at the branch point and the prompt's end
+            if self.branch[slot.seq] and slot.n_past == self.branch[slot.seq]:
+                self.branch[slot.seq] = 0
+                self._keep_live(slot)
+            return
         ck = self.live_ckpts[slot.seq]
         if slot.n_past - (ck[-1].n if ck else 0) >= self.cfg.checkpoint_every:
             self._checkpoint(slot)
