@@ -79,6 +79,8 @@ def drafter_overrides(target: Model, dmeta: GGUFMeta, allow_mismatch: bool = Fal
     for key, what, wanted in ((SCALE_KEY, "embedding scale", want.embedding_scale),
                               (SOFTCAP_KEY, "final logit softcap", want.logit_softcap)):
         have = _positive(dmeta.get(key))
+        if key == SCALE_KEY and wanted is None and have is not None and math.isclose(have, 1.0):
+            have = None  # a stated 1.0 scales nothing: what an unscaled target needs (converters write it)
         if have is None and wanted is not None:
             overrides[key] = float(wanted)
             eff.append(wanted)
