@@ -120,6 +120,9 @@ def test_quantized_with_a_reduced_head(ckpt, tmp_path, capsys):
     assert types["blk.0.attn_q.weight"] == types["blk.1.ffn_down.weight"] == 8  # Q8_0
     assert types["d2t"] == 26 and meta.tensors["d2t"].dims == (300,)  # I32: pydflash's build
     assert meta.tensors["output.weight"].dims == (64, 300)
+    capsys.readouterr()
+    assert compare_weights.main([str(folder), str(out)]) == 0  # d2t is the converter's, not a stray tensor
+    assert "generated" in capsys.readouterr().out
     oracle = Oracle(p.target, n_ctx=512)
     with api.load(p.target, out, config=EngineConfig(n_ctx_slot=512)) as llm:
         toks = llm.tokenize(PROMPTS[0])

@@ -115,5 +115,6 @@ def is_generated(gguf_name: str, m: NameMap) -> bool:
     """GGUF tensors the converter makes without a source tensor."""
     if gguf_name.startswith("rope_freqs"):
         return True
-    # conversion/qwen.py DFlashModel copies token_embd/output from the target.
-    return m.is_drafter and gguf_name in ("token_embd.weight", "output.weight")
+    # conversion/qwen.py DFlashModel copies token_embd/output from the target; a reduced head adds d2t, the map
+    # from its rows to target ids (scripts/reduce_drafter_head.py, pydflash-convert-drafter --head-ids).
+    return m.is_drafter and gguf_name in ("token_embd.weight", "output.weight", "d2t")
