@@ -20,7 +20,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.requests import Request as HTTPRequest
 
 from ..engine.request import Event, Request, Result
-from ..errors import InvalidRequest, PydflashError
+from ..errors import ContextOverflow, InvalidRequest, PydflashError
 from . import ops
 from . import schemas as S
 from .chat import ChatTemplate
@@ -99,6 +99,7 @@ class Generation:
             raise InvalidRequest("logprobs are not supported with stream=true; use a non-streamed request")
         text = self.template.render(body.template_messages(), add_generation_prompt=True)
         add_special = not self.template.emits_bos
+        self._check_prompt_bytes(text)
         tokens = await self.loop.call(ops.tokenize, text, add_special, True)
         if not tokens:
             raise InvalidRequest("the rendered chat prompt is empty")
@@ -125,6 +126,7 @@ class Generation:
         out = []
         for p in prompts:
             if isinstance(p, str):
+                self._check_prompt_bytes(p)
                 toks = await self.loop.call(ops.tokenize, p, True)
             else:
                 toks = list(p)
@@ -132,6 +134,19 @@ class Generation:
                 raise InvalidRequest("empty prompt")
             out.append(toks)
         return out
+
+    def _check_prompt_bytes(self, text: str) -> None:
+        """Refuse a prompt too long in bytes to fit the slot in any tokenization, here, before it is tokenized on
+        the engine's thread (where a megabytes-long prompt would stall every stream for seconds)."""
+        limit = self.loop.info.prompt_bytes_limit()
+        if limit is None or len(text) * 4 <= limit:  # at most 4 bytes per character: no encoding needed
+            return
+        n = len(text.encode("utf-8", "surrogatepass"))
+        if n > limit:
+            info = self.loop.info
+            raise ContextOverflow(
+                f"the prompt has {n} bytes; a token covers at most {info.max_token_bytes} bytes of this vocabulary, "
+                f"so it needs more tokens than the slot context ({info.n_ctx_slot})")
 
     def _request(self, tokens: Sequence[int], body) -> Request:
         draft_max = None

@@ -87,16 +87,40 @@ class EngineInfo:
     chat_template: Optional[str]  # the GGUF's tokenizer.chat_template
     bos_text: str
     eos_text: str
+    # the most prompt bytes one token can cover (0: no such bound for this tokenizer); see prompt_bytes_limit
+    max_token_bytes: int = 0
 
     @classmethod
     def of(cls, engine: Engine) -> "EngineInfo":
         from ..compat.gguf_meta import read_metadata
 
         model = engine.model
+        meta = read_metadata(model.path)
         piece = lambda t: model.token_to_piece(t, special=True).decode("utf-8", "replace")  # noqa: E731
         return cls(engine.config.n_slots, engine.config.n_ctx_slot, engine.block_size, model.n_vocab,
-                   engine.drafter is not None, model.arch, read_metadata(model.path).get("tokenizer.chat_template"),
-                   piece(model.bos), piece(model.eos))
+                   engine.drafter is not None, model.arch, meta.get("tokenizer.chat_template"),
+                   piece(model.bos), piece(model.eos), max_token_bytes(model, meta.get("tokenizer.ggml.model")))
+
+    def prompt_bytes_limit(self) -> Optional[int]:
+        """The most UTF-8 bytes a prompt may have and still fit the slot, or None when unknown. A prompt with more
+        needs over n_ctx_slot tokens whatever it says, so it can be refused without tokenizing it: tokenizing
+        runs on the engine's thread (~1 s per MB on a CPU), where it would stall every running stream."""
+        return self.n_ctx_slot * self.max_token_bytes if self.max_token_bytes > 0 else None
+
+
+# Tokenizers whose vocabulary texts are at least as long as the input bytes they match: SentencePiece (a space
+# is stored as the 3-byte U+2581, a byte-fallback token as "<0xNN>") and byte-level BPE (each input byte is stored
+# as a 1- or 2-byte character). WordPiece and Unigram normalize (drop whitespace, strip accents), so a token can
+# stand for more bytes than its text: no bound there.
+_BOUNDED_TOKENIZERS = {"llama", "gpt2"}
+
+
+def max_token_bytes(model, tokenizer: Optional[str]) -> int:
+    """The longest vocabulary text in bytes (an upper bound on the input bytes one token covers), or 0 when this
+    tokenizer gives no such bound. One pass over the vocabulary at load (~0.1 s for 262k tokens)."""
+    if tokenizer not in _BOUNDED_TOKENIZERS:
+        return 0
+    return max((len(model.token_text(t)) for t in range(model.n_vocab)), default=0)
 
 
 @dataclass(frozen=True)
