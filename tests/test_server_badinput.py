@@ -21,7 +21,9 @@ def server(pair, tmp_path_factory):
     d = tmp_path_factory.mktemp("bad")
     cfg = write_models_toml(d / "models.toml", {
         "tiny": {"target": str(pair.target), "drafter": str(pair.drafter), "n_slots": 2, "n_ctx_slot": N_CTX},
-    })
+        # a second preset (never loaded here): with one preset any model name would be served
+        "other": {"target": str(pair.target), "drafter": "", "n_slots": 1, "n_ctx_slot": N_CTX},
+    }, default="tiny")
     log = open(d / "server.log", "wb")
     srv = Server(["--config", str(cfg), "--max-body-mb", "1", "-v"], log=log)
     srv.log_path = d / "server.log"
@@ -128,7 +130,20 @@ def test_oversized_body_is_413(server):
                                   "tiny\r\nX-Injected: 1", "models.toml"])
 def test_model_names_are_only_looked_up(server, name):
     r = server.http().post("/v1/completions", json={"model": name, "prompt": "hi", "max_tokens": 2})
-    assert_envelope(r, 404, "not_found_error")
+    err = assert_envelope(r, 404, "not_found_error")
+    assert "'tiny'" in err["message"] and "'other'" in err["message"]  # the served names, to pick from
+
+
+def test_single_model_is_served_under_any_name(keyed):
+    """One preset: any model name gets it (as llama-server; clients hard-code names), and says which."""
+    h = keyed.http()
+    for name in ("gpt-4o", "../x", "tiny"):
+        r = h.post("/v1/completions", json={"model": name, "prompt": "hi", "max_tokens": 2})
+        assert r.status_code == 200, r.text
+        assert r.json()["model"] == "tiny"
+    r = h.post("/v1/chat/completions", json={"model": "gpt-3.5-turbo", "max_tokens": 2,
+                                             "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 200 and r.json()["model"] == "tiny", r.text
 
 
 def test_crlf_in_model_names_is_escaped_in_logs(server):

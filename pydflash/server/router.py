@@ -2,7 +2,8 @@
 
 Each resident preset runs in its own worker process (``pydflash.server.worker``) that serves on a Unix socket.
 The router process never loads a model. Selection rules:
-- a name is only looked up among the presets (never joined into a path); an unknown one is ``ModelNotFound``;
+- a name is only looked up among the presets (never joined into a path); an unknown one is ``ModelNotFound``
+  (its message lists the served names), except with a single preset, which is served under any name;
 - ``None`` or ``"any"`` is the most recently used resident model, else the default preset;
 - at most ``max_resident`` workers run; a new one evicts the least recently used idle worker;
 - a worker that dies unexpectedly is respawned; while it comes back, its model answers 503 with Retry-After.
@@ -66,14 +67,18 @@ class ModelUnavailable(Unavailable):
 
 def select(models: ServerModels, name: Optional[str], recent: Optional[str]) -> str:
     """The preset a request names. ``None``, ``""`` or ``"any"`` is ``recent`` (the most recently used model that
-    still serves, as the caller tracks it) or else the default; an unknown name is ``ModelNotFound``. Shared with
+    still serves, as the caller tracks it) or else the default; an unknown name is the one preset when there is only one (as llama-server), else
+    ``ModelNotFound``. Shared with
     the Ray Serve ingress (``pydflash.serve``), whose replicas hold the models."""
     if name is None or name == "any" or name == "":
         return recent if recent is not None else models.default
-    if name not in models.presets:
-        log.info("request for unknown model %s", log_safe(name))
-        raise ModelNotFound(f"model {name!r} not found; GET /v1/models lists the served models")
-    return name
+    if name in models.presets:
+        return name
+    if len(models.presets) == 1:  # one model served: any name is it, as llama-server does (clients hard-code one)
+        return models.default
+    log.info("request for unknown model %s", log_safe(name))
+    served = ", ".join(repr(k) for k in models.presets)
+    raise ModelNotFound(f"model {name!r} not found; the served models are {served} (GET /v1/models)")
 
 
 class StderrPump:
