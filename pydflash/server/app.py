@@ -99,6 +99,7 @@ def create_app(models: ServerModels, api_key: Optional[str] = None, max_resident
                   description="OpenAI-compatible server with DFlash speculative decoding over llama.cpp")
     install(app)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(CountRejections)  # outermost: it sees the 413s and 401s too
     app.state.backend = backend
 
     # --- generation -----------------------------------------------------------------------------------------------
@@ -153,6 +154,30 @@ def create_app(models: ServerModels, api_key: Optional[str] = None, max_resident
     return app
 
 
+class CountRejections:
+    """Counts each 4xx answer of a generation route in ``pydflash_requests_total`` (outcome "rejected") and
+    ``pydflash_requests_rejected_total`` (by status), whoever gave it: this app (bad fields, a wrong key, an
+    unknown model, a body too large) or the worker (a prompt over the context, a full queue), which counts only the
+    requests it admitted. 499 is not one: the client went away, and the worker counts that as cancelled."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        endpoint = metrics.ENDPOINTS.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if endpoint is None:
+            return await self.app(scope, receive, send)
+
+        async def send_counting(message):
+            if message["type"] == "http.response.start" and 400 <= message["status"] < 500 \
+                    and message["status"] != 499:
+                model = scope.get("state", {}).get("model", "")  # set once a preset is resolved (_forward)
+                metrics.count_rejected(model, endpoint, message["status"])
+            await send(message)
+
+        await self.app(scope, receive, send_counting)
+
+
 def _responses(chunk=None) -> dict:
     """OpenAPI for what a generation route can answer: the error envelope, and with stream=true an SSE stream of
     ``chunk`` JSON objects (then ``data: [DONE]``)."""
@@ -167,6 +192,7 @@ def _responses(chunk=None) -> dict:
 async def _forward(router: Router, path: str, model: Optional[str], stream: bool, http: HTTPRequest):
     raw = await http.body()
     w = await router.acquire(model)
+    http.state.model = w.preset.name  # for the metrics' label of a refusal (CountRejections)
     released = False
     try:
         headers = {"content-type": "application/json"}
@@ -175,18 +201,18 @@ async def _forward(router: Router, path: str, model: Optional[str], stream: bool
             try:
                 resp = await w.client.send(req, stream=True)
             except httpx.TransportError as exc:
-                raise await _worker_gone(w, exc)
+                raise await _worker_gone(w, exc, path)
             if resp.status_code != 200:  # refused before any SSE byte: relay the error as it is
                 body = await resp.aread()
                 await resp.aclose()
                 return Response(body, status_code=resp.status_code, headers=_relayed(resp))
             released = True  # the relay releases the worker when the stream ends
-            return StreamingResponse(_relay(router, w, resp), media_type="text/event-stream",
+            return StreamingResponse(_relay(router, w, resp, path), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         resp = await _send_watching(w.client, path, raw, headers, http)
         return Response(resp.content, status_code=resp.status_code, headers=_relayed(resp))
     except httpx.TransportError as exc:
-        raise await _worker_gone(w, exc)
+        raise await _worker_gone(w, exc, path)
     finally:
         if not released:
             router.release(w)
@@ -210,12 +236,12 @@ async def _send_watching(client: httpx.AsyncClient, path: str, raw: bytes, heade
             task.cancel()
 
 
-async def _relay(router: Router, w, resp: httpx.Response):
+async def _relay(router: Router, w, resp: httpx.Response, path: str):
     try:
         async for chunk in resp.aiter_raw():
             yield chunk
     except httpx.TransportError as exc:  # the worker died mid-stream: tell the client, then end the stream
-        err = await _worker_gone(w, exc)
+        err = await _worker_gone(w, exc, path)
         yield f"data: {json.dumps(envelope(err))}\n\n".encode()
         yield b"data: [DONE]\n\n"
     finally:
@@ -227,7 +253,10 @@ def _relayed(resp: httpx.Response) -> dict:
     return {k: v for k, v in resp.headers.items() if k.lower() in RELAYED_HEADERS}
 
 
-async def _worker_gone(w, exc: Exception) -> ModelUnavailable:
+async def _worker_gone(w, exc: Exception, path: str) -> ModelUnavailable:
+    """The error for a request lost with its worker, which is counted here: the worker cannot count it any more."""
+    if path in metrics.ENDPOINTS:
+        metrics.REQUESTS.labels(w.preset.name, metrics.ENDPOINTS[path], "error").inc()
     # the worker's own last words (a native assert, an engine failure) reach the server's stderr among its other
     # lines: name them here next to the failed request, since a client or benchmark may stop the server before the
     # respawn logs them

@@ -52,6 +52,7 @@ class Call:
     results: dict[int, Result] = field(default_factory=dict)
     backlog: list = field(default_factory=list)  # replies read while waiting for acceptances, not yet consumed
     checked: float = 0.0  # when the client was last checked for a disconnect (monotonic)
+    counted: bool = False  # its outcome is in the metrics (once: an error is not also a cancellation)
 
     def index(self, request_id: int) -> int:
         return next(i for i, r in enumerate(self.reqs) if r.id == request_id)
@@ -188,9 +189,9 @@ class Generation:
                 error = error or item
             else:  # an event can overtake another request's acceptance: keep it for the reader
                 call.backlog.append((rid, item))
-        if error is not None:
+        if error is not None:  # a 4xx (or 503): the router counts what it answers, so nothing is counted here
             self._cancel(call)
-            self._count(call, "rejected")
+            call.counted = True
             raise error
 
     def _cancel(self, call: Call) -> None:
@@ -227,6 +228,10 @@ class Generation:
                     raise item
                 if item.finished:
                     call.results[rid] = item.result
+        except ClientGone:
+            self._cancel(call)
+            self._count(call, "cancelled")
+            raise
         except BaseException:
             self._cancel(call)
             self._count(call, "error")
@@ -296,7 +301,11 @@ class Generation:
         )
 
     def _count(self, call: Call, outcome: str) -> None:
-        REQUESTS.labels(self.model, call.kind, outcome).inc()
+        """Count the call's outcome, only the first time: an error ends a stream, whose cleanup must not count it
+        again as cancelled."""
+        if not call.counted:
+            call.counted = True
+            REQUESTS.labels(self.model, call.kind, outcome).inc()
 
 
 class _ChunkMaker:

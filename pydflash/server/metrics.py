@@ -29,8 +29,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, multiprocess  # noqa: E402
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.15, 0.3, 0.6, 1.2, 2.5, 5, 10, 30)
 
+# each generation request is counted once: ok, error (the engine or its worker failed), cancelled (the client went
+# away) or rejected (a 4xx before generation; model "" when no preset was resolved). Workers count what they
+# admitted; the router counts the 4xx answers (its own and the workers') and requests lost with a worker.
 REQUESTS = Counter("pydflash_requests_total", "Finished requests by endpoint and outcome",
                    ["model", "endpoint", "outcome"])
+REJECTED = Counter("pydflash_requests_rejected_total", "Requests answered 4xx before generation, by HTTP status",
+                   ["model", "endpoint", "status"])
+ENDPOINTS = {"/v1/completions": "completion", "/v1/chat/completions": "chat"}  # the routes requests are counted on
 PROMPT_TOKENS = Counter("pydflash_prompt_tokens_total", "Prompt tokens of admitted requests", ["model"])
 CACHED_TOKENS = Counter("pydflash_cached_prompt_tokens_total", "Prompt tokens reused from a cache", ["model"])
 GENERATED_TOKENS = Counter("pydflash_generation_tokens_total", "Generated tokens", ["model"])
@@ -75,6 +81,11 @@ CACHE_KEPT = Gauge("pydflash_prompt_cache_slot_tokens", "Tokens kept in idle slo
                    multiprocess_mode="livesum")
 RESIDENT = Gauge("pydflash_models_resident", "Model workers loaded and serving", multiprocess_mode="livesum")
 RESTARTS = Counter("pydflash_worker_restarts_total", "Workers respawned after dying", ["model"])
+
+
+def count_rejected(model: str, endpoint: str, status: int) -> None:
+    REQUESTS.labels(model, endpoint, "rejected").inc()
+    REJECTED.labels(model, endpoint, str(status)).inc()
 
 
 def exposition() -> tuple[bytes, str]:
