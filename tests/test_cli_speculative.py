@@ -227,3 +227,21 @@ def test_adaptive_drafting_is_the_default(tiny):
     assert fixed["text"] == default["text"]  # greedy either way
     unlooked = _json(*base, "--draft-max", "4", "--no-draft-adaptive", "--no-lookup")
     assert unlooked["n_lookup_steps"] == 0 and unlooked["text"] == fixed["text"]
+
+
+def test_n_minus_one_runs_to_eos_or_the_context_end(tiny):
+    """-n -1 as in llama.cpp: no count, generation stops at EOS or where the context ends."""
+    p = tiny("gemma3")
+    r = run("-m", str(p.target), "-md", str(p.drafter), "-p", "hello", "-n", "-1", "-c", "512", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["n_generated"] >= 1 and out["n_prompt"] + out["n_generated"] <= 512
+    # past the default 128 unless EOS came first
+    assert out["finish_reason"] == "stop" or out["n_generated"] > 128, out
+
+
+@pytest.mark.parametrize("n", ["0", "-2"])
+def test_bad_n_names_the_flag(tiny, n):
+    r = run("-m", str(tiny("gemma3").target), "-p", "x", "-n", n)
+    _bad(r)
+    assert "-n" in r.stderr and "max_tokens" not in r.stderr

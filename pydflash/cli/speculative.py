@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     src = p.add_mutually_exclusive_group()
     src.add_argument("-p", "--prompt", help="prompt text")
     src.add_argument("-f", "--file", help="read the prompt from a UTF-8 file")
-    p.add_argument("-n", "--n-predict", metavar="N", type=int, default=128, help="tokens to generate (default 128)")
+    p.add_argument("-n", "--n-predict", metavar="N", type=int, default=128,
+                   help="tokens to generate (default 128); -1: until EOS or the end of the context, as llama.cpp")
     p.add_argument("--temp", metavar="T", type=float, default=0.0, help="temperature (0 = greedy)")
     p.add_argument("--top-k", metavar="K", type=int, default=0, help="top-k sampling (0 = off)")
     p.add_argument("--top-p", metavar="P", type=float, default=1.0, help="top-p sampling (1 = off)")
@@ -98,7 +99,9 @@ def run(args) -> int:
     if args.model_draft and not args.model:
         raise BadInput("-md needs -m: a drafter is paired with the target it was trained for")
     prompt = _read_prompt(args)
-    sampling = dict(max_tokens=args.n_predict, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
+    to_context_end = _check_n_predict(args.n_predict)
+    # with -n -1 the count is known once the prompt is tokenized (below); 1 stands in for the checks before that
+    sampling = dict(max_tokens=1 if to_context_end else args.n_predict, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
                     seed=args.seed, sampling_mode=args.sampling_mode)
     Request(prompt, **sampling)
     adaptive = args.draft_adaptive if args.draft_adaptive is not None else args.spec_synth_len is None
@@ -118,6 +121,8 @@ def run(args) -> int:
     if args.no_spec:
         drafter = None
     with _load(api, target, drafter, cfg, args.allow_scale_mismatch) as llm:
+        if to_context_end:
+            sampling["max_tokens"] = _context_left(llm, prompt)
         if args.json:
             res = llm.generate(prompt, **sampling)
             mode = args.sampling_mode if args.temp > 0 else "greedy"
@@ -126,6 +131,28 @@ def run(args) -> int:
         res = _stream_text(llm, prompt, sampling)
         _print_stats(res, name or str(target))
     return 0
+
+
+def _check_n_predict(n: int) -> bool:
+    """-n is a count >= 1, or -1 for "until EOS or the end of the context" (True); its errors name the flag, not
+    the engine's max_tokens."""
+    if n == -1:
+        return True
+    if n < 1:
+        raise BadInput(f"-n/--n-predict must be >= 1, or -1 for until EOS or the end of the context; got {n}")
+    return False
+
+
+def _context_left(llm, prompt: str) -> int:
+    """What -n -1 generates at most: the slot's context less the prompt and one draft block (the engine keeps
+    room for a block's verify past the last token)."""
+    engine = llm.engine
+    n_prompt = len(llm.tokenize(prompt))
+    left = engine.config.n_ctx_slot - n_prompt - engine.block_size
+    if left < 1:
+        raise BadInput(f"the prompt ({n_prompt} tokens) + draft block ({engine.block_size}) leaves nothing of the "
+                       f"context ({engine.config.n_ctx_slot}) to generate in (raise -c/--ctx-size)")
+    return left
 
 
 def gpu_layers(args) -> int:
