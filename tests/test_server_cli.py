@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 
@@ -65,3 +66,41 @@ def test_cache_flags_reach_the_preset(tmp_path):
     # the load-time warm-up: on by default (where the engine decides: a GPU), off with llama-server's flag
     assert default.engine_config().warm_up is None
     assert build_models(parse_args(["--no-warmup"])).presets["default"].engine_config().warm_up is False
+
+
+@pytest.fixture
+def started(monkeypatch, caplog):
+    """main() up to the point where uvicorn would serve: the log records it made, at every level."""
+    import uvicorn
+
+    import pydflash.server.app as app_mod
+    from pydflash.cli import server as cli
+
+    monkeypatch.delenv("PYDFLASH_API_KEY", raising=False)
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: None)
+    monkeypatch.setattr(app_mod, "create_app", lambda *a, **kw: object())
+
+    def start(*args):
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            assert cli.main(list(args)) == 0
+        return caplog.records
+
+    return start
+
+
+def _warnings(records):
+    return [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+
+
+def test_public_host_without_key_warns_specifically(started):
+    warned = _warnings(started("--host", "0.0.0.0"))
+    assert len(warned) == 1 and "0.0.0.0" in warned[0] and "--api-key" in warned[0], warned
+
+
+@pytest.mark.parametrize("args", [["--host", "0.0.0.0", "--api-key", "k"], ["--host", "127.0.0.1"], [],
+                                  ["--host", "::1"], ["--host", "localhost"]])
+def test_no_warning_where_it_does_not_apply(started, args):
+    records = started(*args)
+    assert _warnings(records) == []
+    assert any("serving" in r.getMessage() and r.levelno == logging.INFO for r in records)

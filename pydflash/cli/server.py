@@ -10,6 +10,7 @@ Bad flags or a bad config print one line and exit 2.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import os
 import sys
@@ -130,6 +131,27 @@ def check_rpc_servers(models) -> None:
             probe(parse_endpoint(ep))
 
 
+def is_loopback(host: str) -> bool:
+    """Whether only this machine can reach host: a loopback address or "localhost" (any other name may resolve
+    to a public address, so it counts as reachable from outside)."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def exposure_warning(host: str, api_key) -> str:
+    """The warning for a server other machines can reach with no API key ("" when it does not apply): every
+    route but /health then serves anyone who can reach the port."""
+    if api_key or is_loopback(host):
+        return ""
+    where = "all interfaces" if host in ("0.0.0.0", "::", "[::]", "") else host
+    return (f"listening on {host} ({where}) without an API key: anyone who can reach this port can use the models; "
+            "set --api-key (or PYDFLASH_API_KEY), or bind 127.0.0.1")
+
+
 def main(argv=None) -> int:
     from ..errors import PydflashError
 
@@ -162,8 +184,14 @@ def main(argv=None) -> int:
     if args.spec_synth_len is not None:
         log.warning("--spec-synth-len %g: acceptance is forced, the generated text is NOT valid model output",
                     args.spec_synth_len)
-    log.warning("serving %s on http://%s:%d (models: %s)", "with an API key" if args.api_key else "without an API key",
-                args.host, args.port, ", ".join(models.presets))
+    exposed = exposure_warning(args.host, args.api_key)
+    if exposed:
+        log.warning("%s", exposed)
+    # shown without -v too, but as what it is: information, not a warning
+    startup = logging.getLogger("pydflash.server.startup")
+    startup.setLevel(logging.INFO)
+    startup.info("serving %s on http://%s:%d (models: %s)", "with an API key" if args.api_key else "without an API key",
+                 args.host, args.port, ", ".join(models.presets))
     uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning",
                 access_log=args.verbose, timeout_graceful_shutdown=5)
     return 0
