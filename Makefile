@@ -1,6 +1,7 @@
 # make demo   set everything up, then run the embedded default pair through pydflash-speculative
 # make test   set everything up, then run the whole test suite
-.PHONY: setup demo test bench clean
+# make test-fast   the fast tier: the suite without the tests marked slow or real_model (a few minutes)
+.PHONY: setup demo test test-fast bench clean
 
 setup:
 	bash scripts/setup.sh
@@ -10,6 +11,9 @@ demo: setup
 
 test: setup
 	.venv/bin/python -m pytest -q
+
+test-fast: setup
+	.venv/bin/python -m pytest -q -m "not slow and not real_model"
 
 bench: setup
 	.venv/bin/python scripts/bench.py

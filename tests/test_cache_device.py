@@ -129,6 +129,7 @@ def test_kept_sequences_give_way_to_running_requests(qwen):
     off.close()
 
 
+@pytest.mark.slow
 def test_concurrent_hits_stay_lossless(qwen, tiny):
     """Four slots, recurring prompts of several lengths in bursts of six: device-tier hits land in slots beside
     running requests, and every output passes the regret gate against plain greedy decoding."""
