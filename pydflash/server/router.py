@@ -12,12 +12,14 @@ The router process never loads a model. Selection rules:
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import contextlib
 import logging
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -238,6 +240,10 @@ class Worker:
             self.sock.unlink()
 
 
+def _remove_dir(path: pathlib.Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
 class Router:
     def __init__(self, models: ServerModels, max_resident: int = 2, log_level: str = "warning"):
         if max_resident < 1:
@@ -249,6 +255,8 @@ class Router:
         self.mru: Optional[str] = None
         self._lock = asyncio.Lock()
         self._sock_dir = pathlib.Path(tempfile.mkdtemp(prefix="pydflash-sock-"))
+        # removed at shutdown; atexit also covers an exit that skips it (an exception at start, sys.exit)
+        atexit.register(_remove_dir, self._sock_dir)
         self._monitor: Optional[asyncio.Task] = None
         self._respawning: set[str] = set()
 
@@ -335,6 +343,7 @@ class Router:
             self._monitor.cancel()
         for key in list(self.workers):
             await self._unload(key)
+        _remove_dir(self._sock_dir)  # the workers are gone: nothing listens in it any more
 
     async def _watch(self) -> None:
         """Respawn workers that died without being asked to (native abort, OOM kill, SIGKILL, engine failure)."""
