@@ -117,7 +117,8 @@ _BOUNDED_TOKENIZERS = {"llama", "gpt2"}
 
 def max_token_bytes(model, tokenizer: Optional[str]) -> int:
     """The longest vocabulary text in bytes (an upper bound on the input bytes one token covers), or 0 when this
-    tokenizer gives no such bound. One pass over the vocabulary at load (~0.1 s for 262k tokens)."""
+    tokenizer gives no such bound. One pass over the vocabulary at load (0.7 s for Gemma-3's 262k tokens on a loaded
+    2-core CPU; the longest is 48 bytes, so a 4096-token slot refuses prompts over 192 KiB untokenized)."""
     if tokenizer not in _BOUNDED_TOKENIZERS:
         return 0
     return max((len(model.token_text(t)) for t in range(model.n_vocab)), default=0)
