@@ -89,6 +89,11 @@
 # it (the GPU shared: taus do not depend on speed), `suite2` with SUITE2_LOOKUP="on off" 42 s, one `http` at 1 and 8
 # clients x 5 rounds 141 s: 1,160 s in all; a second batch on a fresh machine then pays setup and the build again
 # (~360 s before its first `http` result).
+# Faster staging (2026-12-04, 7 calls in 134 s of lease): one call carrying g0, g0b, g1b, g1 and head.tgz runs
+# `part 0 && part 0b && part 1b && start`; with the drafter GGUF moved out of the tree as well as SLIM=1's files
+# (the tree is then ~5 MB), the model re-split into parts of 57 MB goes in 5 calls; put the drafter back before
+# the benchmark calls (it travels with the tree). The fast1 call after that lost its machine ("stopped
+# answering") while both CUDA builds ran at -j8 each: unexplained; suspect memory or disk under two builds.
 set -euo pipefail
 # Other work in progress in the local tree travels with every call; .device-bench/head.tgz (carried, made just
 # before a call with `git archive HEAD pydflash scripts tests`) puts the committed files back, so the GPU runs HEAD.
