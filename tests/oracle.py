@@ -13,6 +13,7 @@ import numpy as np
 
 from pydflash import api
 from pydflash.config import EngineConfig
+from pydflash.engine.engine import target_ubatch
 from pydflash.native import Context, ContextParams, TokenBatch
 
 MAX_REGRET = 0.2
@@ -23,7 +24,11 @@ class Oracle:
     def __init__(self, target_path, n_ctx=2048):
         self.llm = api.load(target_path, config=EngineConfig(n_ctx_slot=n_ctx, draft_max=0))
         self.model = self.llm.engine.model
-        self.ctx = Context(self.model, ContextParams(n_ctx=n_ctx, n_batch=512, n_ubatch=512, backend_greedy=False))
+        # ubatches below ggml-cpu's flash-attention tile switch, as the engine's CPU target forwards
+        # (engine.target_ubatch): the regret is measured in the numerics plain decoding runs in, not in the tiled
+        # kernel's, which moved Gemma-3's logits by up to 2 nats on an AVX2 host
+        ub = target_ubatch(EngineConfig(), 512)
+        self.ctx = Context(self.model, ContextParams(n_ctx=n_ctx, n_batch=512, n_ubatch=ub, backend_greedy=False))
         self.batch = TokenBatch(512)
 
     def greedy(self, prompt_tokens, n, ignore_eos=True):
