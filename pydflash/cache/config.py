@@ -12,7 +12,8 @@ class CacheConfig:
     reuse: bool = True
     # The device tier (cache/device.py): a released slot's sequence that a new request is about to overwrite is kept
     # in the KV under a spare sequence id (a seq_cp: no copy), found later by longest prefix. At most this many KV
-    # cells (-1: a quarter of the engine's KV, at least one slot's share; 0: off), and ``device_ids`` spare ids (-1: two per slot, and one more).
+    # cells (-1: a quarter of the engine's KV, at least one slot's share; 0: off), and ``device_ids`` spare ids
+    # (-1: two per slot, and one more).
     device_cells: int = -1
     device_ids: int = -1
     # Which released sequences the device tier keeps: those whose prompt's first block was seen in an earlier
