@@ -23,35 +23,18 @@ ref_model = pytest.importorskip(
 
 from transformers.utils import logging as hf_logging  # noqa: E402
 
-from compat_helpers import ANCHOR, CTX_TOKENS, block_logits, target_tables  # noqa: E402
+from compat_helpers import block_logits  # noqa: E402
+from zlab_helpers import REL_TOL, rel_diff  # noqa: E402
+from zlab_helpers import reference_logits as zlab_reference_logits  # noqa: E402
 from pydflash.pair import load_pair  # noqa: E402
 
-REL_TOL = 2e-3
 hf_logging.disable_progress_bar()
 
 
 def reference_logits(p, hidden, scale: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(reference features, reference logits [B, V]); scale=None takes input_embedding_scale from config.json."""
-    model = ref_model.DFlashDraftModel.from_pretrained(str(p.config_json.parent), dtype=torch.float32).eval()
-    if scale is None:
-        scale = float(model.config.dflash_config["input_embedding_scale"])
-    embd, head = target_tables(p.target)
-    n, B = len(CTX_TOKENS), model.block_size
-    block = [ANCHOR] + [model.mask_token_id] * (B - 1)
-    with torch.inference_mode():
-        target_hidden = ref_model.extract_context_feature([torch.from_numpy(h)[None] for h in hidden],
-                                                          model.target_layer_ids)  # [1, n, L*E]
-        noise = torch.from_numpy(np.array(embd[block]))[None] * scale  # [1, B, E]
-        out = model(position_ids=torch.arange(n + B)[None], noise_embedding=noise, target_hidden=target_hidden)
-        lm_head = torch.nn.Linear(head.shape[1], head.shape[0], bias=False)
-        lm_head.weight.data = torch.from_numpy(np.array(head))
-        logits = model.compute_logits(out, lm_head)[0]
-    return target_hidden[0].numpy(), logits.numpy()
-
-
-def rel_diff(ours: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    """Per position: max |ours - ref| / max |ref|."""
-    return np.abs(ours - ref).max(axis=1) / np.abs(ref).max(axis=1)
+    """(reference features, reference logits [B, V]) of a factory pair's drafter-hf/; scale=None takes
+    input_embedding_scale from config.json."""
+    return zlab_reference_logits(p.config_json.parent, p.target, hidden, scale)
 
 
 @pytest.fixture(scope="module", params=["qwen3", "gemma3"])

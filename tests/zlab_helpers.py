@@ -38,24 +38,25 @@ def save_zlab_drafter(folder, p, seed: int = 0, n_layer: int = 1, **dflash_confi
     return folder
 
 
-def reference_logits(model_dir, target_path, hidden):
+def reference_logits(model_dir, target_path, hidden, scale: float | None = None):
     """(reference features [n, L*E], reference logits [B, V]) for the block [ANCHOR, MASK x (B-1)] after CTX_TOKENS.
 
     hidden: HF's output_hidden_states list as llama.cpp layer inputs (compat_helpers.block_logits(all_layers=True)).
-    The noise is scaled by the config's input_embedding_scale and the logits capped by its final_logit_softcapping,
-    as z-lab's dflash_generate and compute_logits do."""
+    The noise is scaled by ``scale`` (None: the config's input_embedding_scale) and the logits capped by the
+    config's final_logit_softcapping, as z-lab's dflash_generate and compute_logits do."""
     import torch
     from dflash import model as ref_model
 
     model = ref_model.DFlashDraftModel.from_pretrained(str(model_dir), dtype=torch.float32).eval()
-    scale = float(model.config.dflash_config.get("input_embedding_scale", 1.0))
+    if scale is None:
+        scale = float(model.config.dflash_config.get("input_embedding_scale", 1.0))
     embd, head = target_tables(target_path)
     n, B = len(CTX_TOKENS), model.block_size
     block = [ANCHOR] + [model.mask_token_id] * (B - 1)
     with torch.inference_mode():
         target_hidden = ref_model.extract_context_feature([torch.from_numpy(h)[None] for h in hidden],
-                                                          model.target_layer_ids)
-        noise = torch.from_numpy(np.array(embd[block]))[None] * scale
+                                                          model.target_layer_ids)  # [1, n, L*E]
+        noise = torch.from_numpy(np.array(embd[block]))[None] * scale  # [1, B, E]
         out = model(position_ids=torch.arange(n + B)[None], noise_embedding=noise, target_hidden=target_hidden)
         lm_head = torch.nn.Linear(head.shape[1], head.shape[0], bias=False)
         lm_head.weight.data = torch.from_numpy(np.array(head))

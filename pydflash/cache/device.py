@@ -41,7 +41,7 @@ class DeviceCache(PrefixLRU):
         if not self.free:
             if not any(e is not protect for e in self.entries.values()):
                 return None
-            self._drop(self.pop_oldest(protect))
+            self.evict_oldest(protect)
         entry = Snapshot(snap.tokens, snap.features, swa_min=snap.swa_min, seq=self.free.pop(), recurs=snap.recurs)
         kept, gone = self.put(entry, protect)
         for old in gone:
@@ -61,8 +61,8 @@ class DeviceCache(PrefixLRU):
             ctx.seq_rm(dst, 0)
             ctx.seq_cp(entry.seq, dst)
 
-    def evict_oldest(self) -> None:
-        self._drop(self.pop_oldest())
+    def evict_oldest(self, protect: Optional[Snapshot] = None) -> None:
+        self._drop(self.pop_oldest(protect))
 
     def _drop(self, entry: Snapshot) -> None:
         """An entry that left: the RAM tier may copy it first, then its cells go back to the KV (those shared with

@@ -49,12 +49,6 @@ class PrefixLRU:
             return best
         return None
 
-    def holds(self, tokens) -> bool:
-        """Whether an entry has exactly these tokens."""
-        chain = blocks.chain(tokens, self.seed, self.block)
-        return bool(chain) and any(np.array_equal(self.entries[k].tokens, tokens)
-                                   for k in self._index.get(chain[-1], ()))
-
     def hit(self, key: int) -> None:
         self.entries.move_to_end(key)
         self.hits += 1

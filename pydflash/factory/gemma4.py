@@ -33,7 +33,7 @@ import gguf
 import numpy as np
 
 from . import weights as W
-from .targets import TargetSpec, tie_output
+from .targets import TargetSpec, head_weights, tie_output
 from .tokenizer import TinyVocab, add_vocab
 
 GEMMA4 = "gemma4"
@@ -86,11 +86,7 @@ def rope_freqs(spec: Gemma4Spec) -> np.ndarray:
 def target_weights(spec: Gemma4Spec, rng: np.random.Generator, n_vocab: int, dtype: str) -> dict[str, np.ndarray]:
     """GGUF tensor name -> array, generated in a fixed order (determinism)."""
     e, nh = spec.n_embd, spec.n_head
-    t: dict[str, np.ndarray] = {}
-    t["token_embd.weight"] = W.embedding(rng, n_vocab, e, dtype, spec.embd_std)
-    t["output_norm.weight"] = W.norm(rng, e, dtype, gain=spec.out_norm_gain)
-    if not spec.tied_output:
-        t["output.weight"] = W.matrix(rng, n_vocab, e, dtype, gain=spec.out_gain)
+    t = head_weights(spec, rng, n_vocab, dtype)
     t["rope_freqs.weight"] = rope_freqs(spec)
     for il, swa in enumerate(spec.swa_layers):
         hd, n_kv = spec.head(il)

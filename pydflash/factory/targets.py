@@ -111,14 +111,21 @@ def tie_output(spec: TargetSpec) -> TargetSpec:
                    out_norm_gain=2.0 / (embd_std * np.sqrt(spec.n_embd)))
 
 
-def target_weights(spec: TargetSpec, rng: np.random.Generator, n_vocab: int, dtype: str) -> dict[str, np.ndarray]:
-    """GGUF tensor name -> array, generated in a fixed order (determinism)."""
-    e, hd = spec.n_embd, spec.head_dim
+def head_weights(spec, rng: np.random.Generator, n_vocab: int, dtype: str) -> dict[str, np.ndarray]:
+    """The embedding, final norm and (untied) output of any factory target spec, first in its fixed order."""
+    e = spec.n_embd
     t: dict[str, np.ndarray] = {}
     t["token_embd.weight"] = W.embedding(rng, n_vocab, e, dtype, spec.embd_std)
     t["output_norm.weight"] = W.norm(rng, e, dtype, gain=spec.out_norm_gain)
     if not spec.tied_output:
         t["output.weight"] = W.matrix(rng, n_vocab, e, dtype, gain=spec.out_gain)
+    return t
+
+
+def target_weights(spec: TargetSpec, rng: np.random.Generator, n_vocab: int, dtype: str) -> dict[str, np.ndarray]:
+    """GGUF tensor name -> array, generated in a fixed order (determinism)."""
+    e, hd = spec.n_embd, spec.head_dim
+    t = head_weights(spec, rng, n_vocab, dtype)
     for i in range(spec.n_layer):
         b = f"blk.{i}."
         t[b + "attn_norm.weight"] = W.norm(rng, e, dtype)
