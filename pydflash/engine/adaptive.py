@@ -84,8 +84,8 @@ LONGEST_PAUSE = 4096
 # A probe in which no slot's first draft was accepted, from a drafter whose first drafts the engine has (almost)
 # never seen accepted, is strong evidence: the next pause grows 4x, not 2x. A useless drafter then reaches
 # MAX_BACKOFF after ~340 steps with 4 probes instead of ~1020 with 8, a ramp whose lead-in feature steps cost a
-# freshly started server ~3 % of its first thousand steps (issue 13: HTTP c1 ran at 0.92x of plain). A useful drafter
-# (first drafts accepted ~75 % of the time) that has one unlucky probe keeps doubling.
+# freshly started server ~3 % of its first thousand steps (through HTTP at 1 client it ran at 0.92x of plain). A
+# useful drafter (first drafts accepted ~75 % of the time) that has one unlucky probe keeps doubling.
 BLANK_PROBE_GROWTH = 4
 BLANK_FIRST_RATE = 0.1  # engine-wide acceptance of first drafts under which a drafter counts as useless
 BLANK_EVIDENCE = 3.0  # (decayed) first drafts seen before that rate is trusted
@@ -119,7 +119,7 @@ PROBE_SLOTS = 2
 FEATURE_LEAD = 32
 # Once probes have failed up to pauses this long, the drafter is as good as useless here: a shorter lead-in (the probe
 # then underrates a drafter a little, which only matters for one that barely pays) keeps the steady cost of a useless
-# drafter at 16 feature steps + 1 probe in 512 steps instead of 32 in 256 (issue 13: >= 0.97x of plain at any load).
+# drafter at 16 feature steps + 1 probe in 512 steps instead of 32 in 256 (the budget: >= 0.97x of plain at any load).
 LONG_PAUSE = 256
 SHORT_LEAD = 16
 # A pause's plain steps without features teach the plain cost only one in this many: they all cost alike, and

@@ -32,7 +32,7 @@ class History:
 
     The index is brought up to date by a lookup, not by each append: a slot whose engine has drafting paused (a
     useless drafter's every step but a probe) only appends, and indexing each committed token there cost ~2 us of
-    a slot's step (issue 13: such an engine must stay within 3 % of plain decoding)."""
+    a slot's step (such an engine must stay within 3 % of plain decoding: docs/benchmarks.md)."""
 
     def __init__(self, tokens: Sequence[int]):
         self.tokens: list[int] = [int(t) for t in tokens]

@@ -1,4 +1,4 @@
-"""Prompt corpus of issue 14: prompt texts of every kind and length users send, for the target to answer later.
+"""The drafter's prompt corpus: prompt texts of every kind and length users send, for the target to answer later.
 
     python -m pydflash.train.corpus --out PATH.jsonl.gz --n 60000 --seed 0 [--manifest PATH.json]
 

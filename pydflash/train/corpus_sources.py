@@ -1,4 +1,4 @@
-"""Where issue 14's prompt corpus comes from: the text sources of this machine, each with its license and
+"""Where the drafter's prompt corpus comes from: the text sources of this machine, each with its license and
 characters-per-token ratio, and how a file of each is read (plain, gzip, docstrings, the bundled book).
 
 ``corpus.py`` cuts prompts from them; the manifest records every source's license and file count.

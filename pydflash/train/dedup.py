@@ -1,4 +1,4 @@
-"""Drop from a prompt corpus every prompt that committed data already answered (issue 14's data runs).
+"""Drop from a prompt corpus every prompt that committed data already answered (pydflash/train/gguf_data).
 
 The corpus is cut from this machine's files (``corpus_sources.py``), so a build on another machine, or after a setup
 resolved other package versions, is not the pinned one: its line ranges no longer name the prompts earlier runs used

@@ -1,4 +1,4 @@
-"""The held-out evaluation suite of issue 14: what users send, bucketed, plus a repetition suite.
+"""The drafter's held-out evaluation suite (docs/drafter.md): what users send, bucketed, plus a repetition suite.
 
 Buckets are (kind, prompt length): kind is code, prose or chat; length is short (under 16 tokens), medium (16 to
 128) or long (over 128). Code and prose prompts are prefixes of the rows of ``heldout_eval.npz`` (never trained
@@ -7,10 +7,10 @@ on), cut to each length, so one source row gives a prompt per length. Chat promp
 lengths come from how much context precedes the question.
 
 The repetition suite holds texts that literally repeat themselves: the easiest case a drafter that sees the
-target's hidden states will ever get (the five cases of issue 14's table, and more). Every prompt here must stay
-out of any training set: ``texts()`` lists them for the data pipeline to exclude.
+target's hidden states will ever get (five cases an earlier drafter was weak on, and more). Every prompt here must
+stay out of any training set: ``texts()`` lists them for the data pipeline to exclude.
 
-Targets (issue 14; engine, greedy, 15 drafts per step, 256 new tokens): tau >= 4.5 for code in every length
+Targets (docs/drafter.md; engine, greedy, 15 drafts per step, 256 new tokens): tau >= 4.5 for code in every length
 bucket, >= 3.5 for prose and chat, >= 8 on the repetition suite.
 """
 
@@ -103,7 +103,7 @@ _COPY_FUNC = (
 )
 _SENTENCE = "The quick brown fox jumps over the lazy dog near the quiet river bank. "
 REPETITION = {
-    # the five cases of issue 14's table
+    # the five cases an earlier drafter was weak on
     "prose openers": "In economics, inflation refers to",
     "a b c repeated": "a b c " * 12,
     "sentence x3": _SENTENCE * 3,

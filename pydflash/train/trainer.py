@@ -14,7 +14,8 @@ memory: 20 M tokens of features would take 128 GB.
 - ``--init DIR`` continues from a drafter (``model.safetensors`` + ``config.json``, z-lab layout). With
   ``--layers`` above its depth, the new layers start as the identity (zero output projections), so training
   starts from the old drafter's function instead of from noise. ``--keep-layers 0,1,2`` instead keeps only those
-  layers of the initial drafter, in order: a shallower drafter costs less per block (the cost bar of issue 14).
+  layers of the initial drafter, in order: a shallower drafter costs less per block (docs/drafter.md's cost bar: a
+  15-draft block under 30 % of a 16-token verify).
 - ``--copy-weight W`` draws copying rows (half or more of the response continues 8-grams of the prompt:
   ``copying.py``) W times as often as others of their length: the drafter does not copy text seen once
   (docs/drafter.md). 1 (the default) samples as before.
