@@ -16,7 +16,7 @@ test-fast: setup
 	.venv/bin/python -m pytest -q -m "not slow and not real_model"
 
 bench: setup
-	.venv/bin/python scripts/bench.py
+	.venv/bin/python scripts/bench/engine.py
 
 clean:
 	rm -rf .cache/build .cache/native vendor/llama.cpp vendor/.stamp

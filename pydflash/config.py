@@ -34,7 +34,7 @@ class EngineConfig:
     check_invariants: bool = True
     # One KV pool for all slots (the default), or a stream of n_ctx_slot cells per slot, where each slot's attention
     # spans only its own cells. Streams are for plain decoding only (no drafter): training-data generation at
-    # 100+ slots (pydflash.train.generate); scripts/bench_slots.py measures what they save.
+    # 100+ slots (pydflash.train.generate).
     kv_unified: bool = True
     # Run each context's largest batch once at load (engine/warmup.py): None = on a GPU (n_gpu_layers != 0), where a
     # batch shape's first run costs ~100x a later one; on a CPU it costs the same and would only delay the load.

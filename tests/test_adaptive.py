@@ -16,7 +16,7 @@ from pydflash.config import EngineConfig
 from pydflash.engine import adaptive
 from pydflash.engine.costs import ROBUST_FIRST, WARMUP, Curve, StepCosts
 
-# Seconds per step measured on an H200 for Gemma-3-270M (docs/step_costs_gpu.json, features on), as
+# Seconds per step measured on an H200 for Gemma-3-270M (docs/benchmarks.md, features on), as
 # V(n, x) = PER_SEQ * n + f(x) over x verify tokens of n slots (c1 spans of 1/2/5/16 and c8 spans of 1/2/5/16 fit it
 # with 0.11 ms per slot), and the drafter forward over x block tokens.
 GPU_VERIFY = {1: 1.09e-3, 2: 1.05e-3, 5: 1.25e-3, 16: 2.47e-3, 40: 3.43e-3, 128: 5.70e-3}
@@ -48,7 +48,7 @@ class Machine:
 
 
 GPU = Machine(GPU_VERIFY, GPU_DRAFT, per_seq=0.11e-3)
-# 2 CPU cores (docs/bench_cpu.md): a plain step 24 ms, a 16-token verify ~160 ms, the drafter ~100 ms for one block
+# 2 CPU cores (docs/benchmarks.md): a plain step 24 ms, a 16-token verify ~160 ms, the drafter ~100 ms for one block
 # of 16 (the 262k-token head dominates both): drafting never pays there, even with a perfect drafter
 CPU = Machine({1: 24e-3, 16: 160e-3, 64: 600e-3}, {2: 30e-3, 16: 100e-3, 64: 380e-3}, per_seq=0.5e-3, feat=0.05)
 # a CPU with a target that dominates its drafter: each verify token adds ~40% of a plain step, the drafter ~30%
@@ -450,9 +450,9 @@ def test_pauses_grow_per_slot_count():
 
 class LoadMachine:
     """The H200 through HTTP with the shipped pair, as the issue's step split had it: a plain step of 1 / 4 / 8 / 16
-    slots 1.07 / 1.31 / 1.65 / 2.34 ms (docs/gpu_2026-12-03-b traces), target features +8 %, a verify of 16 tokens a
+    slots 1.07 / 1.31 / 1.65 / 2.34 ms (docs/benchmarks.md traces), target features +8 %, a verify of 16 tokens a
     slot 1.25x a plain step at any load, and a drafting step's drafter work 0.37 ms + 0.13 ms per drafting slot (0.5 ms
-    at 1 slot, 1.4 ms at 8: the 15-draft block of docs/gpu_2026-12-03-d). That work grows with the drafting slots, not
+    at 1 slot, 1.4 ms at 8: the 15-draft block of docs/benchmarks.md). That work grows with the drafting slots, not
     with the block tokens the policy's drafter curve is indexed by."""
 
     PLAIN = {1: 1.069e-3, 4: 1.314e-3, 8: 1.654e-3, 16: 2.341e-3}
@@ -657,7 +657,7 @@ def test_a_long_pause_teaches_costs_from_one_featureless_step_in_eight():
 
 def test_step_trace_writes_a_line_per_step(tiny, tmp_path, monkeypatch):
     """PYDFLASH_STEP_TRACE records every step (what adaptive drafting saw), one JSON line each, per process, and
-    scripts/trace_summary.py puts every decode step in exactly one group."""
+    scripts/bench/trace_summary.py puts every decode step in exactly one group."""
     monkeypatch.setenv("PYDFLASH_STEP_TRACE", str(tmp_path / "steps"))
     p = tiny("llama")
     with api.load(p.target, p.drafter, config=EngineConfig(n_ctx_slot=512, adaptive=True)) as llm:
@@ -667,7 +667,7 @@ def test_step_trace_writes_a_line_per_step(tiny, tmp_path, monkeypatch):
     assert len(decode) == res.stats.n_steps
     assert sum(any(x["ks"]) for x in decode) == res.stats.n_draft_steps
     assert all(x["s"] > 0 and len(x["split"]) == 4 for x in lines)
-    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
+    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).resolve().parents[1] / "scripts" / "bench"))
     from trace_summary import summarize
 
     summary = summarize(lines)

@@ -1,4 +1,4 @@
-"""scripts/bench_http.py's bookkeeping: the interleaved round order and the strongest-native baseline its verdicts
+"""scripts/bench/http_vs_native.py's bookkeeping: the interleaved round order and the strongest-native baseline its verdicts
 use (issue 13). The servers are mocked: what is tested is which round goes where, not speed."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 
 import httpx
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "bench_http.py"
+SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "bench" / "http_vs_native.py"
 _spec = importlib.util.spec_from_file_location("bench_http", SCRIPT)
 bench_http = importlib.util.module_from_spec(_spec)
 sys.modules["bench_http"] = bench_http  # its dataclasses look their module up there
@@ -146,7 +146,7 @@ README = bench_http.BENCH_DIR / "README.md"
 
 def test_the_fresh_inputs_are_the_frozen_files():
     """The fresh prompt set and chat workload are frozen: an edit fails here (their sha256 is recorded in
-    scripts/bench/README.md and in bench_http.py, which refuses to run on another file)."""
+    scripts/bench/README.md and in scripts/bench/http_vs_native.py, which refuses to run on another file)."""
     import collections
     import hashlib
 

@@ -3,7 +3,7 @@
 A DFlash drafter sees the target's hidden states, so text that literally repeats is the easiest case it gets. A
 regression in feature alignment (which layers, which positions), in the Gemma embedding scale, or in training shows
 up here first as tau falling towards 1-2. The full suite (14 cases, 256 tokens, bar 8) runs on the GPU through
-``scripts/eval_drafter.py --suite``; this is four of its cases at a lower bar. The drafter shipped before issue 14
+``scripts/bench/drafter_eval.py --suite``; this is four of its cases at a lower bar. The drafter shipped before issue 14
 reached 4.45 on them; version 2 7.76, version 3 8.98 (an AMD EPYC CPU, 2026-12-01), version 5 10.24 (2026-12-02).
 The drafter alone: the engine's copied chains (engine/lookup.py) are off, or they would hide a regression here."""
 
@@ -34,7 +34,7 @@ def repetition_tau(target: str, drafter: str) -> tuple[float, dict]:
     finally:
         engine.close()
     per_case = {name: results[r.id].stats for name, r in zip(CASES, reqs)}
-    total = Stats()  # the cases together, as scripts/eval_drafter.py totals a bucket
+    total = Stats()  # the cases together, as scripts/bench/drafter_eval.py totals a bucket
     for st in per_case.values():
         total.merge_tokens(st)
     return total.mean_accept_len, {n: round(st.mean_accept_len, 2) for n, st in per_case.items()}

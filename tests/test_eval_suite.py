@@ -1,5 +1,5 @@
 """Issue 14's evaluation suite (pydflash/train/eval_suite.py): its buckets and what it holds. The suite is run
-against a drafter by scripts/eval_drafter.py --suite."""
+against a drafter by scripts/bench/drafter_eval.py --suite."""
 
 from pydflash.train import eval_suite as suite
 

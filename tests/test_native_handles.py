@@ -61,7 +61,7 @@ def test_bad_params_are_value_errors():
 
 
 def test_per_sequence_streams_decode_like_the_pool(tiny):
-    """ContextParams(kv_unified=False), what scripts/bench_slots.py compares against the pool: several sequences
+    """ContextParams(kv_unified=False), the alternative to the pool: several sequences
     decode to the same greedy picks, each in its own stream."""
     p = tiny("llama")
     model = Model(p.target)

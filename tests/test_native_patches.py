@@ -125,7 +125,7 @@ def test_feature_toggle_needs_no_reserve_and_stays_exact(tiny, tmp_path):
 def test_hopper_runs_a_12_token_span_as_mmvq_passes(gemma_path, tmp_path):
     """patches/0006: on Hopper, a one-sequence span of 9..16 tokens (a verify, a DFlash block) multiplies Gemma's
     Q5_0 / K-quant weights with MMVQ passes of up to 8 columns instead of MMQ (the 270M target's 16-token verify
-    1.99 against 2.72 ms on an H200: docs/gpu_2026-12-02/), and GGML_CUDA_MMVQ_PASSES=0 gives upstream's MMQ back.
+    1.99 against 2.72 ms on an H200: docs/benchmarks.md), and GGML_CUDA_MMVQ_PASSES=0 gives upstream's MMQ back.
     Measured against plain decoding's logits (the same tokens one at a time): every span row's pick within the regret
     gate, and the passes no further from plain decoding than upstream's MMQ is. MMQ's own distance is the scale of
     rounding here: on the H200 it reached 0.9 in far-tail logits, so a fixed bound would judge the wrong thing.
@@ -213,7 +213,7 @@ def test_rollback_cost_follows_the_sequence_not_the_cache(tiny):
     """patches/0009: seq_rm of one sequence walks that sequence's (position, cell) pairs from p0 on. Upstream scans
     every cell of the cache, so a speculative step's rollbacks (each slot, target and drafter) cost O(cells) each:
     a 5-position rollback of the Gemma-3 target at 16 slots took 69 us, 29 with the patch, on this project's CPU
-    (scripts/bench_rollback.py). Not a timed target: the least of 300 calls in a 256x larger cache must stay within
+    (a CPU measurement in docs/benchmarks.md's run history). Not a timed target: the least of 300 calls in a 256x larger cache must stay within
     4x of the small one's (upstream: ~10x on this CPU; 1.6x with the patch)."""
     model = Model(tiny("llama").target)
     small, large = _rollback_us(model, 1024), _rollback_us(model, 262144)

@@ -1,4 +1,4 @@
-"""scripts/profile_host.py: the host part of a step, by phase, with the forwards left out (issue 13's profile)."""
+"""scripts/bench/profile_host.py: the host part of a step, by phase, with the forwards left out (issue 13's profile)."""
 
 import importlib.util
 import pathlib
@@ -7,7 +7,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_profile_host_names_every_phase_and_leaves_the_forwards_out(tmp_path):
-    spec = importlib.util.spec_from_file_location("profile_host", REPO / "scripts" / "profile_host.py")
+    spec = importlib.util.spec_from_file_location("profile_host", REPO / "scripts" / "bench" / "profile_host.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     out = mod.main(["--model", "tiny", "--slots", "2", "--steps", "12", "--warmup", "3", "--out",

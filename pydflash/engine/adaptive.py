@@ -76,7 +76,7 @@ MIN_BACKOFF = 4
 MAX_BACKOFF = 512
 # A pause may grow past MAX_BACKOFF until its probe costs at most PROBE_SHARE of the paused engine's time: on the
 # H200 through HTTP a probe of every slot took 10-30 ms at 8 slots and 16-52 ms at 16 (a plain step 1.9 / 3.0 ms,
-# docs/gpu_2026-12-02-e), 1-3 % of a 512-step pause, where a useless drafter's whole budget is 3 %. (Half a percent
+# docs/benchmarks.md), 1-3 % of a 512-step pause, where a useless drafter's whole budget is 3 %. (Half a percent
 # made the 8-slot pauses of test_pauses_grow_per_slot_count long enough to cover most of a 1-slot tail that drafts:
 # the pause itself is shared across slot counts.)
 PROBE_SHARE = 0.01
@@ -91,7 +91,7 @@ BLANK_FIRST_RATE = 0.1  # engine-wide acceptance of first drafts under which a d
 BLANK_EVIDENCE = 3.0  # (decayed) first drafts seen before that rate is trusted
 # Pauses of a drafter that counts as useless grow to this instead of MAX_BACKOFF. At MAX_BACKOFF its steady cost was
 # a probe and SHORT_LEAD feature steps every 512 steps: on the H200 through HTTP at 1 client a probe took 3-7 ms and
-# a lead-in step 0.15 ms more than a plain one (1.1 ms), ~1 % of a useless drafter's 3 % budget (docs/gpu_2026-12-03,
+# a lead-in step 0.15 ms more than a plain one (1.1 ms), ~1 % of a useless drafter's 3 % budget (docs/benchmarks.md,
 # trace of py-random). A quarter of that here; a drafter that turns useful is found by the next probe, ~2 s later at
 # 1 client, instead of ~0.6 s.
 USELESS_PAUSE = 2048
@@ -108,14 +108,14 @@ NEAR = 0.1
 # drafts on at most this many slots, those probed least so far (each request in turn), and only they keep target
 # features in its lead-in. On the H200 through HTTP a probe of every slot cost 16-52 ms at 16 slots against a 2.9 ms
 # plain step, and a lead-in step ~0.3 ms more than a plain one, all of it the host copying every slot's feature
-# rows: a useless drafter's probes and lead-ins took 1.2-1.6 % of decode time at 4-16 slots (docs/gpu_2026-12-02-f),
+# rows: a useless drafter's probes and lead-ins took 1.2-1.6 % of decode time at 4-16 slots (docs/benchmarks.md),
 # half of its 3 % budget. Two slots' blocks tell a useless drafter as well as sixteen. A drafter with some evidence
 # of use probes on every slot: the deeper positions a wide probe samples are what brings a modest drafter back to
 # drafting (p 0.75 at 8 slots, simulated: 1.15x of plain with wide probes, never drafting again with two-slot ones).
 PROBE_SLOTS = 2
 # Steps before a probe during which a paused slot collects features again: the probe's drafter context. With the
 # shipped drafter, the last 32 positions keep held-out tau at 2.11 / 4.04 (code / prose) against 2.12 / 4.36 with
-# the full context; 16 drop prose to 3.37 (scripts/eval_restart_window.py, docs/drafter_restart_window_cpu.json).
+# the full context; 16 drop prose to 3.37 (a CPU replay of the held-out prompts, docs/benchmarks.md).
 FEATURE_LEAD = 32
 # Once probes have failed up to pauses this long, the drafter is as good as useless here: a shorter lead-in (the probe
 # then underrates a drafter a little, which only matters for one that barely pays) keeps the steady cost of a useless
@@ -455,7 +455,7 @@ class DraftPolicy:
         """n requests arrive in an idle engine: new texts, while the pause was decided on others'. At 1 client on
         the H200 the shipped drafter's requests that began inside a pause left by an undraftable one sat through it
         (drafting in 0-4 % of their steps) where those that began outside one drafted in 90 % or more of theirs when
-        their text suited the drafter (docs/gpu_2026-12-02-g). Unless the drafter looks useless, the pause ends
+        their text suited the drafter (docs/benchmarks.md). Unless the drafter looks useless, the pause ends
         with the prompt: its prefill keeps features (``expects_drafting``) and the probe follows the first decode
         step. A useless drafter keeps its pause (a probe per request would cost it ~1 % at 1 slot). Simulated with
         the H200's costs at 1 slot, 60 requests of 256 tokens whose texts alternate two that draft well and two that
@@ -466,7 +466,7 @@ class DraftPolicy:
         was the cost of drafting for n slots, which new texts do not change. At 8 clients through HTTP on the H200
         each round began in an idle engine, and its eight prompts went through with features and a probe of all
         eight followed, for a drafter that paused through 99 % of its 8-slot steps: its prefill steps took 0.67 s
-        against plain decoding's 0.33 (docs/gpu_2026-12-02-h)."""
+        against plain decoding's 0.33 (docs/benchmarks.md)."""
         if n > 1 and self._backoff_at(n) >= LONG_PAUSE:
             return
         if self.pause > 2 and self._first_draft_rate() >= BLANK_FIRST_RATE:
@@ -530,7 +530,7 @@ class DraftPolicy:
           teaches only upper bounds, ``costs_are_upper_bounds``), so without this an estimate that is too high
           never changes. The drafter's curve is over block tokens whatever the number of drafting slots, while on
           the H200 through HTTP a drafting step's drafter work grows with that number as much as with the tokens
-          (1.58 ms at 4 slots drafting ~7 each as at 4 drafting 15, 0.91 ms for one slot's 15, docs/gpu_2026-12-03-b
+          (1.58 ms at 4 slots drafting ~7 each as at 4 drafting 15, 0.91 ms for one slot's 15, docs/benchmarks.md
           traces). Calibrated at 8 slots, the curve's last slope (8 slots' blocks of 3 against one slot's of 16)
           priced 8 slots drafting 4 at 3.2 ms for 1.4 in tests/test_adaptive.py's LoadMachine, and every pause's
           probe of that shape failed: paused through 99.7 % of the steps where drafting gave 1.56x.

@@ -7,7 +7,7 @@ slot drafts, one drafter forward over the draft blocks (each drafting slot's anc
 
 - V_f(n, x): seconds of the target forward and everything the host does around it, over x verify tokens of n
   running slots, with feature extraction on or off (f): extraction copies every feature layer's rows to the host
-  (+10% of a plain step at 8 slots on an H200, docs/step_costs_gpu.json).
+  (+10% of a plain step at 8 slots on an H200, docs/benchmarks.md).
 - D(x): seconds of the drafter forward (feature injection included) over x block tokens; 0 when nobody drafts.
 
 Neither is linear: on an H200 a verify row is 0.14 ms from 8 to 16 tokens and 0.03 ms from 40 to 128 (the
@@ -209,7 +209,7 @@ class StepCosts:
         features costs, the fresher of the two), else the step with features less what features cost at the slot
         count nearest n where both were measured. Steps without features are measured only in pauses, so at a load
         that has not paused yet the step with features stood in for plain decoding, which made it look 7-15 % dearer
-        than it is on the H200 through HTTP (features on against off at 4-16 slots, docs/gpu_2026-12-03-b traces):
+        than it is on the H200 through HTTP (features on against off at 4-16 slots, docs/benchmarks.md traces):
         drafting that lost that much looked worth it."""
         on = self.verify(n, n, True)
         off = self.verify_by_n.get((False, n))

@@ -4,7 +4,7 @@ One drafter forward covers every drafting slot's noise block ``[anchor, MASK x K
 the unified KV mask keeps sequences apart). The noise block writes its own K/V at [n_past, n_past + K]; it must be
 removed before the committed features are injected at those positions, or it would pollute the next draft. The
 engine removes the blocks (``drop_blocks``) while the target's verify forward runs on the device: on the H200 those
-16 rollbacks of a 16-slot step cost ~0.25 ms of host time that nothing else overlapped (docs/gpu_2026-12-02-d).
+16 rollbacks of a 16-slot step cost ~0.25 ms of host time that nothing else overlapped (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -516,13 +516,13 @@ class Engine:
         self._teach_costs(plan, total - cost.inject_s - cost.block_s, cost)
 
     def _teach_costs(self, plan: list[tuple[Slot, int]], t_verify: float, cost: ProposeCost) -> None:
-        """One decode step's V and D for the policy's cost curves (scripts/replay_adaptive.py passes modelled ones).
+        """One decode step's V and D for the policy's cost curves (a replay with modelled costs can pass its own).
 
         A drafting slot injects what it committed since it last drafted: at most a block per step while it keeps
         drafting. More is catch-up, the feature rows of the steps it sat out (a probe after a pause, the first draft
         after a prompt): a one-off that a drafting step does not repeat. Counted in D, it made each probe, the only
         drafting a paused engine does, look dearer than drafting is, and so the next pause longer. In
-        scripts/replay_adaptive.py (the H200's costs, 1 slot, 4 requests) it cost 1.64x -> 1.45x modelled while the
+        a replay with the H200's costs (1 slot, 4 requests) it cost 1.64x -> 1.45x modelled while the
         whole block went unmeasured; with the block measured in calibration (``adaptive``) the two rules model alike
         (1.62x / 1.63x). A catch-up step teaches D its block forward only."""
         drafting = [k for _, k in plan if k]

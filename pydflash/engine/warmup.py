@@ -2,7 +2,7 @@
 
 On the H200 a batch shape's first run costs far more than its later ones, and in proportion to its tokens: the first
 step in which every slot drafted a whole block took 79 ms at 1 slot, 409 ms at 4, 752 ms at 8 and 1.9 s at 16, in
-the drafter and the target alike, and a few ms each time after (docs/gpu_2026-12-02-e, step trace). Smaller shapes
+the drafter and the target alike, and a few ms each time after (docs/benchmarks.md, step trace). Smaller shapes
 seen for the first time after a larger one cost little more than usual, so what grows is memory the backend keeps,
 sized by the largest batch it has run. One forward at each context's largest batch moves that cost to load time,
 where no request waits on it, and keeps it out of the step costs adaptive drafting learns from.

@@ -462,7 +462,7 @@ class Context:
         """Remove a sequence's positions from p0 on, before anything else reads or writes this context's memory
         (every method that does, and ``ptr``, runs what is queued first), or in ``flush_rollbacks``.
 
-        On the H200 host a 16-slot step's target rollbacks took ~0.26 ms (docs/gpu_2026-12-02-f, patches/0009
+        On the H200 host a 16-slot step's target rollbacks took ~0.26 ms (docs/benchmarks.md, patches/0009
         applied), with the device idle. Queued, they run while the next step's drafter forward is on the device (the
         engine passes ``flush_rollbacks`` as its ``during``)."""
         self._later.append((seq_id, p0))
@@ -476,7 +476,7 @@ class Context:
     @property
     def graphs_reused(self) -> int:
         """Forwards so far whose ggml graph llama.cpp reused rather than built and allocated again (it reuses the
-        previous forward's when the batch has the same shape): scripts/step_costs.py tells the host's part of a
+        previous forward's when the batch has the same shape): scripts/bench/step_costs.py tells the host's part of a
         forward by it."""
         return int(C.llama_perf_context(self._ptr).n_reused)
 

@@ -227,7 +227,7 @@ class ContextParams:
     feature_layers: tuple[int, ...] = ()
     # One pool of cells for all sequences (what the engine uses: admission bounds each slot's share). False gives
     # each sequence its own stream: attention then spans a sequence's own cells instead of every cell in use
-    # (scripts/bench_slots.py measures both; the engine allows streams for plain decoding only, EngineConfig).
+    # (the engine allows streams for plain decoding only, EngineConfig).
     kv_unified: bool = True
 
     def __post_init__(self):

@@ -7,7 +7,7 @@ Why a process of its own: a step's Python between native calls (batch building, 
 worker's event loop (HTTP, the SSE frames of every stream) would otherwise share one GIL, and each wait for it
 lengthens the step. On the H200 at 16 streams the host part of a step through HTTP was 2.7-2.9x its in-process
 cost, and a shorter switch interval or sending events during the forward did not close that
-(docs/gpu_2026-12-02-b). Here the engine thread has the interpreter to itself: the main thread only sleeps in
+(docs/benchmarks.md). Here the engine thread has the interpreter to itself: the main thread only sleeps in
 ``recv`` until a command arrives. (vLLM splits its engine core from its API server for the same reason.)
 
 Messages, each a pickled tuple:

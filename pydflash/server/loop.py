@@ -160,7 +160,7 @@ class EngineLoop:
     ``defer``: hold them until the next step's target forward starts (or no step follows), so that an event loop
     sharing this process's GIL writes the streams while this thread waits on the device, not while it runs Python
     between native calls. On the H200 at 16 streams that alone did not change the step's host part measurably
-    (docs/gpu_2026-12-02-b); an engine process (core.py) has no such neighbour and sends at once."""
+    (docs/benchmarks.md); an engine process (core.py) has no such neighbour and sends at once."""
 
     def __init__(self, engine: Engine, max_queue: int = 64,
                  on_step: Optional[Callable[[LoopState, list], None]] = None,

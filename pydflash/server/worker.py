@@ -42,7 +42,7 @@ DEATH_GRACE_S = 1.0  # time for the failed requests' error events to reach their
 # When a forward returns, the engine thread waits for it while the event loop sends the last step's frames, up to
 # the switch interval (Python's default: 5 ms, longer than a plain GPU step at 16 slots) before the loop is made to
 # let go; a shorter interval bounds that wait. On the H200 at 16 clients, 0.5 ms gave 4,605 tok/s at synthetic
-# length 8 and 3,954 plain, against 4,373 and 3,591 with 5 ms (docs/gpu_2026-12-02-b). With an engine process the
+# length 8 and 3,954 plain, against 4,373 and 3,591 with 5 ms (docs/benchmarks.md). With an engine process the
 # interval only paces this process's event loop against the link's reader thread.
 # PYDFLASH_SWITCH_INTERVAL_MS overrides it (0: Python's default).
 SWITCH_INTERVAL_MS = 0.5

@@ -53,7 +53,7 @@ tar czf .device-bench/g0/src.tgz --exclude='llama.cpp/models' --exclude='llama.c
 # stop fitting one call beside it; `start` joins them and checks the sha
 halves .device-bench/g0/src.tgz .device-bench/g0 .device-bench/g0b .device-bench/g1/src.sha256
 # `remote.sh start` reverts patches/ in a copy of that source for a pristine llama-server (the native baseline of
-# bench_http.py --defaults) and checks the files they touch against the sdist's own
+# scripts/bench/http_vs_native.py --defaults) and checks the files they touch against the sdist's own
 SDIST_VERSION=$(sed -n 's/^SDIST_VERSION=//p' scripts/fetch_vendor.sh)
 PATCHED=$(grep -h '^+++ b/' patches/*.patch | cut -c7- | cut -f1 | sort -u)
 tmp=$(mktemp -d)

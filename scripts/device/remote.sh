@@ -11,38 +11,38 @@
 #                     against the sdist's files, g1/pristine.sha256), a user's cmake flags, in $W/pristine
 #   remote.sh part N  stash model part(s) from gN (N = 2 .. the last folder prepare_carry.sh made); part t0, part t1
 #                     stage what SLIM=1 took out of the tree for `train` (the shipped safetensors, the data runs)
-#   remote.sh costs   wait for the build, assemble the model, scripts/step_costs.py with the batched argmax of
+#   remote.sh costs   wait for the build, assemble the model, scripts/bench/step_costs.py with the batched argmax of
 #                     patches/0003 and with upstream's per-row argmax (PYDFLASH_PER_ROW_GREEDY)
-#   remote.sh bench   scripts/bench.py, all modes: 1 request x 512 tokens, 8 requests x 256 tokens
+#   remote.sh bench   scripts/bench/engine.py, all modes: 1 request x 512 tokens, 8 requests x 256 tokens
 #   remote.sh long    adaptive modes only, long requests: 1 x 900 tokens (6 rounds), 8 x 600 tokens (4 rounds)
-#   remote.sh eval    the held-out drafter evaluation (scripts/eval_drafter.py)
-#   remote.sh suite   issue 14's bucketed suite + repetition suite (eval_drafter.py --suite), 256 tokens; SUITE_ARGS
+#   remote.sh eval    the held-out drafter evaluation (scripts/bench/drafter_eval.py)
+#   remote.sh suite   issue 14's bucketed suite + repetition suite (scripts/bench/drafter_eval.py --suite), 256 tokens; SUITE_ARGS
 #                     adds flags (--no-lookup), SUITE_TAG suffixes the output's name
 #   remote.sh repro   issue 12 item 2: random drafters through the engine on the GPU (scripts/device/repro_random_drafter.py),
 #                     PYDFLASH_VERBOSE=1, the whole log to $OUT/repro_gpu.log
 #   remote.sh nan     issue 12 item 2's mechanism: a drafter with NaN logits, with and without the invalid-id guard
 #                     (scripts/device/repro_nan_drafter.py)
-#   remote.sh server  scripts/bench_server.py against pydflash-server -ngl -1: spec / plain / fixed block at 1, 4, 16
+#   remote.sh server  scripts/bench/server_load.py against pydflash-server -ngl -1: spec / plain / fixed block at 1, 4, 16
 #                     clients, plus the long-prefill probe
-#   remote.sh http    scripts/bench_http.py: native llama-server (the pristine build; native DFlash on the patched
+#   remote.sh http    scripts/bench/http_vs_native.py: native llama-server (the pristine build; native DFlash on the patched
 #                     one) against pydflash-server through HTTP; extra args pick conditions (--only ...) so that
 #                     each call fits.
 #                     Run a step that waits for the build first (profile): the build took ~5 min after `start` at
 #                     -j16 (the two builds at -j8 each will take longer; not yet measured), and an http call that
 #                     waits for it loses that from its 600 s (2026-12-02: cut after 8 clients)
-#   remote.sh fast1, fast2  scripts/bench_http.py --defaults (what a user gets: both servers with their default
+#   remote.sh fast1, fast2  scripts/bench/http_vs_native.py --defaults (what a user gets: both servers with their default
 #                     flags, the fresh prompt set, interleaved rounds, 3 of them): fast1 the non-streamed recurring
 #                     workload at 1, 4, 8, 16 clients and the chat workload at 1, 4, 8; fast2 the streamed recurring
 #                     workload, the no-reuse workload and cache_prompt:false requests (secondary). Each fits one call
-#                     (estimated from docs/gpu_2026-12-03-d: ~360 s and ~440 s of benchmark); both need the builds
-#                     done. JSON only, as fast1.json / fast2.json; render locally: bench_http.py --render
-#                     fast1.json fast2.json. Extra args go to bench_http.py (e.g. --rounds 2)
-#   remote.sh adapt   in-process scripts/bench.py, plain against adaptive drafting (useless and shipped drafter) at
+#                     (estimated from docs/results/2026-12-03-h200-d: ~360 s and ~440 s of benchmark); both need the builds
+#                     done. JSON only, as fast1.json / fast2.json; render locally: scripts/bench/http_vs_native.py --render
+#                     fast1.json fast2.json. Extra args go to scripts/bench/http_vs_native.py (e.g. --rounds 2)
+#   remote.sh adapt   in-process scripts/bench/engine.py, plain against adaptive drafting (useless and shipped drafter) at
 #                     1, 8 and 16 slots, with the per-step split (draft / verify / commit / host: the host profile)
-#   remote.sh profile scripts/profile_host.py: the host part of a step by phase (16 slots L=8 and plain, 1 slot L=8)
+#   remote.sh profile scripts/bench/profile_host.py: the host part of a step by phase (16 slots L=8 and plain, 1 slot L=8)
 #   remote.sh hooks   scripts/bench_hooks.py on the Gemma pair: a drafter's cost while not drafting, 1/8/16 slots
-#   remote.sh cache   scripts/bench_cache.py: a 6-turn chat with a ~1,000-token system prompt, cache on / off
-#   remote.sh sampling  scripts/bench_sampling.py (issue 15): rejection against sample-and-match at T 0.7 / 1.0,
+#   remote.sh cache   scripts/bench/cache.py: a 6-turn chat with a ~1,000-token system prompt, cache on / off
+#   remote.sh sampling  scripts/bench/sampling.py (issue 15): rejection against sample-and-match at T 0.7 / 1.0,
 #                     without and with top-p 0.9
 #   remote.sh gen [SECONDS] [SKIP] [SLOTS] [SPAN] [NPROC]  issue 14: the target's greedy responses to the carried
 #                     corpus (prepare_carry.sh builds it; staged in halves by `part c0` and `part c1`) through pydflash on the
@@ -57,19 +57,19 @@
 #                     waiting for the CUDA build (the trainer needs no llama.cpp)
 #   remote.sh trainwait [MAX_WAIT]  wait for trainbg, export the GGUF, return what `train` returns
 #   remote.sh suite2  issue 14's suite for the new drafter ($W/drafter) and the shipped one (SUITE2_WHICH=new: only
-#                     the new), and step_costs.py with the new drafter (its block against a 16-token verify)
-#   remote.sh cuda    the CUDA-only patches on the idle GPU: their tests, and step_costs.py (shipped drafter) with
+#                     the new), and scripts/bench/step_costs.py with the new drafter (its block against a 16-token verify)
+#   remote.sh cuda    the CUDA-only patches on the idle GPU: their tests, and scripts/bench/step_costs.py (shipped drafter) with
 #                     both, without 0006's MMVQ passes (GGML_CUDA_MMVQ_PASSES=0) and without 0007's per-shape CUDA
 #                     graphs (GGML_CUDA_GRAPH_KEY_SHAPES=0)
-#   remote.sh split   issue 14's cost bar, where a drafting step's drafter work goes: step_costs.py (shipped drafter)
+#   remote.sh split   issue 14's cost bar, where a drafting step's drafter work goes: scripts/bench/step_costs.py (shipped drafter)
 #                     with each forward's host launch and device wait and its graph reuses; again with llama.cpp's
 #                     graph reuse off (LLAMA_GRAPH_REUSE_DISABLE), with CUDA graphs off (GGML_CUDA_DISABLE_GRAPHS), with
 #                     debug lines reaching Python (GGML_LOG_SKIP_DEBUG=0: patches/0010 off); the random one-layer
 #                     drafter for the block's fixed part
-#   remote.sh d2t     patches/0011 on the cost bar: step_costs.py (shipped drafter, I32 d2t) with the greedy picks over
+#   remote.sh d2t     patches/0011 on the cost bar: scripts/bench/step_costs.py (shipped drafter, I32 d2t) with the greedy picks over
 #                     the reduced vocabulary and with the scatter into the whole one (PYDFLASH_D2T_SCATTER=1), twice
 #                     each, alternating
-#   remote.sh spare   patches/0012 (opt-in): step_costs.py (shipped drafter) without and with PYDFLASH_SPARE_SCHED=1,
+#   remote.sh spare   patches/0012 (opt-in): scripts/bench/step_costs.py (shipped drafter) without and with PYDFLASH_SPARE_SCHED=1,
 #                     twice each, alternating: the drafting step's drafter work (steady_draft_*) and a verify after a
 #                     plain step, each with its graph reuses
 #   remote.sh slots   scripts/bench_slots.py (issue 13's per-slot slope): KV pool vs streams, with patches/0005
@@ -81,11 +81,11 @@
 # Begin every batch of calls with a throwaway one (`nvidia-smi -L`): when a batch's first call gets no machine ("no
 # device machine could be started"), the next call starts a fresh one without what the first staged, and every
 # later step fails fast (2026-12-02: twice, ~240-430 s lost each time).
-# What a whole issue-13 run costs (2026-12-02, docs/gpu_2026-12-02-g, 1,800 s in all): setup ~60 s; `hooks` 362 s
+# What a whole issue-13 run costs (2026-12-02, docs/results/2026-12-02-h200-g, 1,800 s in all): setup ~60 s; `hooks` 362 s
 # (it waits for the build); `http` with py-plain,py-synth8,native-bs,py-random,py-dflash at 1,4,8,16 x 5 rounds
 # 307 s; native-plain,native-dflash,native-synth4,native-synth8 x 3 rounds 523 s; native-synth1 alone 437 s. A
 # session that also trains has room for the first `http` call only. A training session (2026-12-02,
-# docs/gpu_2026-12-02-h): setup ~110 s, `trainbg 780 3` (841 s with the load and checks) with two `suite` calls beside
+# docs/results/2026-12-02-h200-h): setup ~110 s, `trainbg 780 3` (841 s with the load and checks) with two `suite` calls beside
 # it (the GPU shared: taus do not depend on speed), `suite2` with SUITE2_LOOKUP="on off" 42 s, one `http` at 1 and 8
 # clients x 5 rounds 141 s: 1,160 s in all; a second batch on a fresh machine then pays setup and the build again
 # (~360 s before its first `http` result).
@@ -137,23 +137,23 @@ use_pristine() {  # wait for the pristine llama-server (`start` builds it beside
     PRISTINE_SERVER=$W/pristine/build/bin/llama-server
 }
 
-fast_bench() {  # NAME WORKLOADS [bench_http.py args...]: the defaults-mode benchmark, bounded to what the call has left
+fast_bench() {  # NAME WORKLOADS [scripts/bench/http_vs_native.py args...]: the defaults-mode benchmark, bounded to what the call has left
     use_build
     use_pristine
     ldd $PRISTINE_SERVER | grep -m1 libllama || true  # its own libllama (build RPATH), not the patched one
     local left=$((575 - SECONDS))
     echo "$1: ${left} s left for the benchmark"
     [ $left -ge 120 ] || { echo "$1: the builds took the call: run $1 again"; exit 1; }
-    timeout $left python3 scripts/bench_http.py --defaults --ngl -1 --llama-server $PRISTINE_SERVER \
+    timeout $left python3 scripts/bench/http_vs_native.py --defaults --ngl -1 --llama-server $PRISTINE_SERVER \
         --workloads "$2" --rounds 3 --out-dir $OUT --stem "$1" --no-render --log-dir $OUT/logs_$1 "${@:3}" || echo "$1: exit $?"
     tar czf $OUT/logs_$1.tgz -C $OUT logs_$1 && rm -rf $OUT/logs_$1
 }
 
-costs_off_on() {  # VAR OFF ON: step_costs.py (shipped drafter) without VAR and with VAR=1, twice each, alternating
+costs_off_on() {  # VAR OFF ON: scripts/bench/step_costs.py (shipped drafter) without VAR and with VAR=1, twice each, alternating
     for i in 1 2; do
-        env -u "$1" python3 scripts/step_costs.py --ngl -1 \
+        env -u "$1" python3 scripts/bench/step_costs.py --ngl -1 \
             --drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf --out $OUT/step_costs_$2_$i.json 2>&1 | tail -1
-        env "$1=1" python3 scripts/step_costs.py --ngl -1 \
+        env "$1=1" python3 scripts/bench/step_costs.py --ngl -1 \
             --drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf --out $OUT/step_costs_$3_$i.json 2>&1 | tail -1
     done
 }
@@ -204,7 +204,7 @@ export_drafter() {
     tar czf $OUT/train_meta.tgz -C $W/drafter config.json train.json train.log
 }
 
-BENCH="python3 scripts/bench.py --ngl -1 --threads 8"
+BENCH="python3 scripts/bench/engine.py --ngl -1 --threads 8"
 ADAPTIVE="adaptive, random drafter;adaptive, random drafter, 32k head;trained drafter, adaptive"
 case "$1" in
 start)
@@ -244,8 +244,8 @@ part)
     cp -r .device-bench/g$2/* $W/ && ls $W | grep 'part\|src.tgz' | tr '\n' ' '; tail -c 200 $W/build.log 2>/dev/null || true; echo ;;
 costs)
     use_build
-    python3 scripts/step_costs.py --ngl -1 --out $OUT/step_costs_gpu.json
-    PYDFLASH_PER_ROW_GREEDY=1 python3 scripts/step_costs.py --ngl -1 --out $OUT/step_costs_gpu_per_row.json ;;
+    python3 scripts/bench/step_costs.py --ngl -1 --out $OUT/step_costs_gpu.json
+    PYDFLASH_PER_ROW_GREEDY=1 python3 scripts/bench/step_costs.py --ngl -1 --out $OUT/step_costs_gpu_per_row.json ;;
 bench)
     use_build
     $BENCH --slots 1 --rounds 3 --tokens 512 --out $OUT/bench_gpu_c1.md
@@ -262,10 +262,10 @@ long)  # remote.sh long [1] [8]: which concurrencies (default both)
     done ;;
 eval)
     use_build
-    python3 scripts/eval_drafter.py --ngl -1 --threads 8 --n 40 --tokens 256 --out $OUT/drafter_eval_gpu.json ;;
+    python3 scripts/bench/drafter_eval.py --ngl -1 --threads 8 --n 40 --tokens 256 --out $OUT/drafter_eval_gpu.json ;;
 suite)
     use_build
-    python3 scripts/eval_drafter.py --suite --ngl -1 --threads 8 --n 10 --tokens 256 --drafter "${2:-pydflash/models/gemma-3-270m-dflash-q8_0.gguf}" \
+    python3 scripts/bench/drafter_eval.py --suite --ngl -1 --threads 8 --n 10 --tokens 256 --drafter "${2:-pydflash/models/gemma-3-270m-dflash-q8_0.gguf}" \
         --out $OUT/drafter_suite_gpu${SUITE_TAG:-}.json ${SUITE_ARGS:-} ;;
 gen)  # NPROC generator processes share the GPU, process i on lines SKIP + i * SPAN .. SKIP + (i + 1) * SPAN;
       # GEN_ARGS passes more flags (--kv-streams)
@@ -329,23 +329,23 @@ suite2)
         [ $which = new ] && d=$W/drafter/drafter-q8_0.gguf
         # SUITE2_LOOKUP="on off": with copied chains (the default) and the drafter's blocks alone (_nolookup)
         for lookup in ${SUITE2_LOOKUP:-on}; do
-            python3 scripts/eval_drafter.py --suite --ngl -1 --threads 8 --n 10 --tokens 256 --drafter $d \
+            python3 scripts/bench/drafter_eval.py --suite --ngl -1 --threads 8 --n 10 --tokens 256 --drafter $d \
                 $([ $lookup = off ] && echo --no-lookup) --out $OUT/drafter_suite_gpu_$which$([ $lookup = off ] && echo _nolookup).json \
                 2>&1 | grep -v "^llama_\|^load\|^print_info" | tail -12
         done
     done
     # both drafters' block against a 16-token verify, same machine, same call (the shipped one last ran a session ago)
-    python3 scripts/step_costs.py --ngl -1 --drafter $W/drafter/drafter-q8_0.gguf --out $OUT/step_costs_new.json 2>&1 | tail -8
-    python3 scripts/step_costs.py --ngl -1 --drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf \
+    python3 scripts/bench/step_costs.py --ngl -1 --drafter $W/drafter/drafter-q8_0.gguf --out $OUT/step_costs_new.json 2>&1 | tail -8
+    python3 scripts/bench/step_costs.py --ngl -1 --drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf \
         --out $OUT/step_costs_shipped.json 2>&1 | tail -8 ;;
 cuda)  # the CUDA-only patches on the idle GPU (0006 MMVQ passes, 0007 a CUDA graph per shape): their tests, then
-      # step_costs.py (shipped drafter) with both, and with each turned off by its switch
+      # scripts/bench/step_costs.py (shipped drafter) with both, and with each turned off by its switch
     use_build
     cat $W/build_failed.log 2>/dev/null || true
     python3 -m pytest -q -p no:cacheprovider tests/test_native_patches.py -k "hopper or cuda_graphs" -rs 2>&1 | tail -6 || true
     for mode in both no_passes no_shape_keys; do
         GGML_CUDA_MMVQ_PASSES=$([ $mode = no_passes ] && echo 0 || echo 1) \
-        GGML_CUDA_GRAPH_KEY_SHAPES=$([ $mode = no_shape_keys ] && echo 0 || echo 1) python3 scripts/step_costs.py --ngl -1 \
+        GGML_CUDA_GRAPH_KEY_SHAPES=$([ $mode = no_shape_keys ] && echo 0 || echo 1) python3 scripts/bench/step_costs.py --ngl -1 \
             --drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf --out $OUT/step_costs_$mode.json 2>&1 | tail -3 || true
     done ;;
 split)
@@ -353,9 +353,9 @@ split)
     shipped="--drafter pydflash/models/gemma-3-270m-dflash-q8_0.gguf"
     for v in split:GGML_LOG_SKIP_DEBUG=1 noreuse:LLAMA_GRAPH_REUSE_DISABLE=1 nocudagraphs:GGML_CUDA_DISABLE_GRAPHS=1 \
              debuglines:GGML_LOG_SKIP_DEBUG=0; do
-        env ${v#*:} python3 scripts/step_costs.py --ngl -1 $shipped --out $OUT/step_costs_${v%%:*}.json 2>&1 | tail -2
+        env ${v#*:} python3 scripts/bench/step_costs.py --ngl -1 $shipped --out $OUT/step_costs_${v%%:*}.json 2>&1 | tail -2
     done
-    python3 scripts/step_costs.py --ngl -1 --out $OUT/step_costs_random1.json 2>&1 | tail -2 ;;
+    python3 scripts/bench/step_costs.py --ngl -1 --out $OUT/step_costs_random1.json 2>&1 | tail -2 ;;
 d2t)
     use_build
     costs_off_on PYDFLASH_D2T_SCATTER picks scatter ;;
@@ -373,16 +373,16 @@ repro)
     set -o pipefail
     PYDFLASH_VERBOSE=1 python3 scripts/device/repro_random_drafter.py --ngl -1 --out $OUT/repro_gpu.json \
         2>&1 | tee $OUT/repro_gpu.log | grep -v "^llama_model_loader\|^load_tensors\|^print_info" | tail -c 9000 ;;
-http)  # remote.sh http [bench_http.py args...]: JSON only (rendered locally: the device has no matplotlib)
+http)  # remote.sh http [scripts/bench/http_vs_native.py args...]: JSON only (rendered locally: the device has no matplotlib)
     use_build
     use_pristine
-    python3 scripts/bench_http.py --ngl -1 --threads 8 --llama-server $PRISTINE_SERVER \
+    python3 scripts/bench/http_vs_native.py --ngl -1 --threads 8 --llama-server $PRISTINE_SERVER \
         --llama-server-patched $W/llama.cpp/build/bin/llama-server --out-dir $OUT --no-render --log-dir $OUT/logs "${@:2}"
     # at most 8 files come back: the server logs and step traces travel as one archive
     tar czf $OUT/logs_trace.tgz -C $OUT logs $( [ -d $OUT/trace ] && echo trace ) && rm -rf $OUT/logs $OUT/trace ;;
-fast1)  # remote.sh fast1 [bench_http.py args...]
+fast1)  # remote.sh fast1 [scripts/bench/http_vs_native.py args...]
     fast_bench fast1 recur,chat --clients 1,4,8,16 --chat-clients 1,4,8 "${@:2}" ;;
-fast2)  # remote.sh fast2 [bench_http.py args...]
+fast2)  # remote.sh fast2 [scripts/bench/http_vs_native.py args...]
     fast_bench fast2 recur-stream,noreuse,recur-cp0 --clients 1,4,8,16 "${@:2}" ;;
 nan)
     use_build
@@ -396,10 +396,10 @@ adapt)
         $BENCH --slots $c --rounds 3 --tokens 256 --reduced-head 0 --out $OUT/bench_gpu_adaptive_c$c.md \
             --only "synthetic L=8;adaptive, random drafter;trained drafter;trained drafter, adaptive"
     done ;;
-profile)  # scripts/profile_host.py: a step's host part by phase, 16 slots synthetic L=8 and plain, 1 slot L=8
+profile)  # scripts/bench/profile_host.py: a step's host part by phase, 16 slots synthetic L=8 and plain, 1 slot L=8
     use_build
     for args in "--slots 16 --synth-len 8" "--slots 16 --synth-len 0" "--slots 1 --synth-len 8"; do
-        python3 scripts/profile_host.py --model gemma --ngl -1 --threads 8 --steps 400 $args \
+        python3 scripts/bench/profile_host.py --model gemma --ngl -1 --threads 8 --steps 400 $args \
             --out $OUT/profile_host_$(echo $args | tr -d ' -' | tr '.' '_').json > /dev/null
     done
     ls $OUT ;;
@@ -411,13 +411,13 @@ hooks)
     done ;;
 sampling)
     use_build
-    python3 scripts/bench_sampling.py --ngl -1 --rounds 3 --tokens 128 --out $OUT/sampling_gpu.json
-    python3 scripts/bench_sampling.py --ngl -1 --rounds 3 --tokens 128 --top-p 0.9 --out $OUT/sampling_gpu_top_p.json ;;
-cache)  # remote.sh cache [bench_cache.py args...]
+    python3 scripts/bench/sampling.py --ngl -1 --rounds 3 --tokens 128 --out $OUT/sampling_gpu.json
+    python3 scripts/bench/sampling.py --ngl -1 --rounds 3 --tokens 128 --top-p 0.9 --out $OUT/sampling_gpu_top_p.json ;;
+cache)  # remote.sh cache [scripts/bench/cache.py args...]
     use_build
-    python3 scripts/bench_cache.py --start "-ngl -1 -t 8" --out $OUT/cache_gpu.json "${@:2}" ;;
-server)  # remote.sh server [bench_server.py args...]
+    python3 scripts/bench/cache.py --start "-ngl -1 -t 8" --out $OUT/cache_gpu.json "${@:2}" ;;
+server)  # remote.sh server [scripts/bench/server_load.py args...]
     use_build
-    python3 scripts/bench_server.py --start "-ngl -1 -np 16 -c 8192 -t 8" --modes spec,plain,fixed --fixed-k 15 \
+    python3 scripts/bench/server_load.py --start "-ngl -1 -np 16 -c 8192 -t 8" --modes spec,plain,fixed --fixed-k 15 \
         --clients 1,4,16 --requests 4 --tokens 128 --stream-tokens 2048 --out $OUT/server_gpu.json --log-dir $OUT "${@:2}" ;;
 esac

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Summarise a step trace (PYDFLASH_STEP_TRACE, pydflash/engine/trace.py): per number of running slots and kind of
+step (``off``: plain without features, ``feat``: plain with features, ``draft``: some slot drafts), the count and
+the step's seconds (median, mean, p90) with their split, for drafting steps the measured over the predicted seconds
+(``predicted`` is set for decided drafting steps, not for calibration or probes), per slot count the share of decode
+time that drafting cost beyond plain featureless steps, where the wall time went, and the costliest steps.
+
+    .venv/bin/python scripts/bench/trace_summary.py TRACE [--out SUMMARY.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+
+def kind(row: dict) -> str:
+    return "draft" if any(row["ks"]) else ("feat" if row["features"] else "off")
+
+
+def ms(xs: list[float]) -> dict:
+    xs = sorted(xs)
+    return {"median": round(1e3 * statistics.median(xs), 3), "mean": round(1e3 * statistics.mean(xs), 3),
+            "p90": round(1e3 * xs[int(0.9 * (len(xs) - 1))], 3)}
+
+
+def summarize(rows: list[dict], worst: int = 12) -> dict:
+    decode = [r for r in rows if r["n"] and not r["prefilling"]]
+    groups: dict[tuple[int, str], list[dict]] = {}
+    for r in decode:
+        groups.setdefault((r["n"], kind(r)), []).append(r)
+    off = {n: statistics.median(r["s"] for r in rs) for (n, k), rs in groups.items() if k == "off"}
+    out = []
+    for (n, k), rs in sorted(groups.items()):
+        g = {"n": n, "kind": k, "steps": len(rs), "ms": ms([r["s"] for r in rs]),
+             "split_median_ms": [round(1e3 * statistics.median(x), 3) for x in zip(*[r["split"] for r in rs])],
+             "seconds": round(sum(r["s"] for r in rs), 4)}
+        if n in off:  # what these steps cost beyond as many plain featureless steps at n: drafting's bill there
+            g["excess_over_off_s"] = round(g["seconds"] - len(rs) * off[n], 4)
+        ratios = [r["s"] / r["predicted"] for r in rs if r.get("predicted")]
+        if ratios:
+            g["measured_over_predicted"] = {"steps": len(ratios), "median": round(statistics.median(ratios), 3),
+                                            "mean": round(statistics.mean(ratios), 3)}
+        if k == "draft":
+            g["mean_drafts_per_step"] = round(statistics.mean(sum(r["ks"]) for r in rs), 1)
+        out.append(g)
+    costly = sorted(decode, key=lambda r: -r["s"])[:worst]
+    return {"steps": len(rows), "decode_steps": len(decode), "groups": out, "by_n": by_n(out), "time": timeline(rows),
+            "costliest": [{"n": r["n"], "ks": r["ks"], "features": r["features"], "ms": round(1e3 * r["s"], 2),
+                           "split_ms": [round(1e3 * x, 2) for x in r["split"]]} for r in costly]}
+
+
+def by_n(groups: list[dict]) -> list[dict]:
+    """Per slot count: decode seconds, and the share of them that drafting cost beyond plain featureless steps
+    (feature and drafting steps' excess over the median ``off`` step at that n; a paused engine's whole bill)."""
+    out = []
+    for n in sorted({g["n"] for g in groups}):
+        gs = [g for g in groups if g["n"] == n]
+        total = sum(g["seconds"] for g in gs)
+        row = {"n": n, "steps": sum(g["steps"] for g in gs), "seconds": round(total, 4)}
+        if all("excess_over_off_s" in g for g in gs) and total > 0:
+            row["drafting_share"] = round(sum(g["excess_over_off_s"] for g in gs if g["kind"] != "off") / total, 4)
+        out.append(row)
+    return out
+
+
+def timeline(rows: list[dict], idle: float = 0.1) -> dict | None:
+    """Where the wall time went (traces with step start times): in steps, between steps while busy (gaps under
+    ``idle`` seconds: the server's own work between engine steps), and idle."""
+    timed = sorted((r for r in rows if "t" in r), key=lambda r: r["t"])
+    if not timed:
+        return None
+    gaps = [b["t"] - (a["t"] + a["s"]) for a, b in zip(timed, timed[1:])]
+    busy, in_steps = sum(g for g in gaps if 0 < g < idle), sum(r["s"] for r in timed)
+    return {"span_s": round(timed[-1]["t"] + timed[-1]["s"] - timed[0]["t"], 3), "in_steps_s": round(in_steps, 3),
+            "prefill_steps_s": round(sum(r["s"] for r in timed if r["prefilling"]), 3),
+            "between_steps_s": round(busy, 3), "between_steps_share": round(busy / max(busy + in_steps, 1e-9), 4),
+            "idle_s": round(sum(g for g in gaps if g >= idle), 3)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("trace")
+    ap.add_argument("--out", default="")
+    a = ap.parse_args(argv)
+    with open(a.trace) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    text = json.dumps(summarize(rows), indent=1)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
