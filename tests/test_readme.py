@@ -110,12 +110,12 @@ def test_sh_examples_use_real_flags():
 
 
 def test_models_toml_sample_is_valid(tmp_path):
-    from pydflash.server.preset import load_models_toml
+    from pydflash.server.preset import ServerModels
 
     (block,) = fenced("toml")
     cfg = tmp_path / "models.toml"
     cfg.write_text(block)
-    models = load_models_toml(cfg)
+    models = ServerModels.from_toml(cfg)
     assert models.default == "gemma" and set(models.presets) == {"gemma", "coder"}
     assert models.presets["coder"].target == str(tmp_path / "models/qwen3-4b-q4_k_m.gguf")
 

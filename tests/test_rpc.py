@@ -271,7 +271,7 @@ def test_not_an_rpc_server(monkeypatch):
 
 
 def test_config_and_preset_validation(tmp_path):
-    from pydflash.server.preset import ConfigError, Preset, load_models_toml
+    from pydflash.server.preset import ConfigError, Preset, ServerModels
 
     with pytest.raises(ValueError, match="n_gpu_layers"):
         EngineConfig(rpc=["10.0.0.2:50052"])  # -ngl 0 would put nothing on the servers
@@ -286,10 +286,10 @@ def test_config_and_preset_validation(tmp_path):
     cfg = tmp_path / "models.toml"
     cfg.write_text('[a]\ntarget = "x.gguf"\nn_gpu_layers = -1\nrpc = ["203.0.113.9:50052"]\n')
     with pytest.raises(ConfigError, match="public address"):
-        load_models_toml(cfg)
+        ServerModels.from_toml(cfg)
     cfg.write_text('[a]\ntarget = "x.gguf"\nn_gpu_layers = -1\nrpc = [50052]\n')
     with pytest.raises(ConfigError, match="must be a string"):
-        load_models_toml(cfg)
+        ServerModels.from_toml(cfg)
 
 
 def test_server_flags_reach_the_preset():

@@ -44,15 +44,15 @@ def models_toml(tiny, tmp_path_factory):
 def cluster(models_toml):
     """Serve's proxy on a free loopback port; engine replicas hold one model each, so a request routed to the
     wrong replica would evict and show up as a replica change."""
-    from pydflash.cli.server import build_models, parse_args
     from pydflash.serve.ray import build
+    from pydflash.server.preset import ServerModels
 
     port = free_port()
     saved = dict(os.environ), signal.getsignal(signal.SIGTERM), sys.excepthook
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
-        models = build_models(parse_args(["--config", str(models_toml)]))
+        models = ServerModels.from_toml(models_toml)
         app = build(models, max_models_per_replica=1, preload=False,
                     engine_options={"num_replicas": 2, "ray_actor_options": {"num_cpus": 0.5}})
         serve.run(app, name="pydflash", route_prefix="/")

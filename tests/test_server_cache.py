@@ -195,13 +195,13 @@ def test_metrics_move(server):
 
 
 def test_models_toml_cache_keys(tmp_path):
-    from pydflash.server.preset import ConfigError, load_models_toml
+    from pydflash.server.preset import ConfigError, ServerModels
 
     (tmp_path / "slots").mkdir()
     cfg = write_models_toml(tmp_path / "models.toml", {"a": {
         "target": "t.gguf", "cache_reuse": False, "cache_ram_mib": 8, "checkpoint_every": 0,
         "slot_save_path": "slots", "synth_len": 3.5}})
-    p = load_models_toml(cfg).presets["a"]
+    p = ServerModels.from_toml(cfg).presets["a"]
     assert p.slot_save_path == str(tmp_path / "slots")  # relative to the config file
     c = p.cache_config()
     assert (c.reuse, c.ram_mib, c.checkpoint_every) == (False, 8, 0) and p.engine_config().synth_len == 3.5
@@ -209,4 +209,4 @@ def test_models_toml_cache_keys(tmp_path):
                          ({"cache_ram_mib": "lots"}, "preset"), ({"synth_len": 3, "drafter": ""}, "synth_len")]:
         write_models_toml(cfg, {"a": {"target": "t.gguf", **table}})
         with pytest.raises(ConfigError, match=words):
-            load_models_toml(cfg)
+            ServerModels.from_toml(cfg)

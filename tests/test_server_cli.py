@@ -29,6 +29,7 @@ def run(*args):
     (["--ctx-checkpoint-every", "-1"], "checkpoint_every"),
     (["--spec-synth-len", "0.5"], "synth_len"),
     (["--no-spec", "--spec-synth-len", "3"], "synth_len needs a drafter"),
+    (["--ray", "local", "--ray-replicas", "0"], "--ray-replicas"),  # refused before Ray starts
 ])
 def test_bad_flags_one_line_exit_2(args, words):
     r = run(*args)
@@ -66,6 +67,29 @@ def test_cache_flags_reach_the_preset(tmp_path):
     # the load-time warm-up: on by default (where the engine decides: a GPU), off with llama-server's flag
     assert default.engine_config().warm_up is None
     assert build_models(parse_args(["--no-warmup"])).presets["default"].engine_config().warm_up is False
+
+
+def test_flags_and_the_ray_app_build_the_same_presets(tmp_path):
+    """pydflash-server's flags and the Ray app's arguments go through the same ServerModels constructors: the
+    embedded default without flags, a models.toml as it is, one -m pair under its file's stem."""
+    from pydflash.cli.server import build_models, parse_args
+    from pydflash.server.preset import EMBEDDED, ServerModels
+
+    assert build_models(parse_args([])) == ServerModels.single()
+    assert ServerModels.single().presets["default"].target == EMBEDDED
+    cfg = tmp_path / "models.toml"
+    cfg.write_text("[a]\ntarget = 'x.gguf'\n[b]\ntarget = 'y.gguf'\ndrafter = ''\n")
+    assert build_models(parse_args(["--config", str(cfg)])) == ServerModels.from_toml(cfg)
+    target, drafter = tmp_path / "big.gguf", tmp_path / "big-dflash.gguf"
+    target.write_bytes(b"GGUF")
+    drafter.write_bytes(b"GGUF")
+    one = build_models(parse_args(["-m", str(target), "-md", str(drafter), "-np", "2"]))
+    assert one.default == "big" and one.presets["big"] == ServerModels.single(
+        str(target), str(drafter), n_slots=2).presets["big"]
+    assert one.presets["big"].drafter == str(drafter)
+    assert build_models(parse_args(["-m", str(target), "-md", str(drafter), "--no-spec"])).presets["big"].drafter == ""
+    with pytest.raises(ValueError, match="no such drafter file"):
+        ServerModels.single(str(target), str(tmp_path / "missing.gguf"))
 
 
 @pytest.fixture

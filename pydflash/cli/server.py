@@ -80,7 +80,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def build_models(args):
-    from ..server.preset import EMBEDDED, Preset, ServerModels, load_models_toml
+    """The presets the flags name: ``--config``'s, or the one pair of ``-m``/``-md`` (the embedded default without
+    them). Flag combinations are checked here; the presets check themselves (``server/preset.py``)."""
+    from ..server.preset import ServerModels
     from .speculative import gpu_layers
 
     save_path = None
@@ -93,32 +95,20 @@ def build_models(args):
             raise ValueError("-md goes with -m; drafters of --config presets are set in the config")
         if args.rpc is not None or args.rpc_allow_public:
             raise ValueError("--rpc goes with -m; --config presets set rpc = [\"host:port\", ...] in the config")
-        return load_models_toml(args.config)
+        return ServerModels.from_toml(args.config)
     if args.model_draft and not args.model:
         raise ValueError("-md needs -m: a drafter is paired with the target it was trained for")
-    target = os.path.abspath(args.model) if args.model else EMBEDDED
-    drafter = os.path.abspath(args.model_draft) if args.model_draft else None
-    if args.no_spec:
-        drafter = ""
-    if args.model:
-        if not os.path.isfile(target):
-            raise ValueError(f"no such model file: {args.model}")
-        if args.model_draft and not os.path.isfile(args.model_draft):
-            raise ValueError(f"no such drafter file: {args.model_draft}")
-    name = args.alias or (os.path.splitext(os.path.basename(args.model))[0] if args.model else "default")
-    preset = Preset(name=name, target=target, drafter=drafter, n_slots=args.parallel, n_ctx_slot=args.ctx_size,
-                    n_batch=args.batch_size, n_threads=args.threads, n_gpu_layers=gpu_layers(args),
-                    rpc=args.rpc if args.rpc is not None else (), rpc_allow_public=args.rpc_allow_public,
-                    draft_max=args.draft_max,
-                    # forced acceptance assumes a fixed block (as pydflash-speculative --spec-synth-len)
-                    draft_adaptive=not args.no_draft_adaptive and args.spec_synth_len is None,
-                    lookup=not args.no_lookup,
-                    chat_template=args.chat_template, max_queue=args.max_queue,
-                    cache_reuse=not args.no_cache_reuse, cache_device_cells=args.cache_device,
-                    cache_ram_mib=args.cache_ram,
-                    checkpoint_every=args.ctx_checkpoint_every, slot_save_path=save_path,
-                    synth_len=args.spec_synth_len, warm_up=not args.no_warmup)
-    return ServerModels({name: preset}, name)
+    return ServerModels.single(
+        args.model, "" if args.no_spec else args.model_draft, name=args.alias,
+        n_slots=args.parallel, n_ctx_slot=args.ctx_size, n_batch=args.batch_size, n_threads=args.threads,
+        n_gpu_layers=gpu_layers(args), rpc=args.rpc if args.rpc is not None else (),
+        rpc_allow_public=args.rpc_allow_public, draft_max=args.draft_max,
+        # forced acceptance assumes a fixed block (as pydflash-speculative --spec-synth-len)
+        draft_adaptive=not args.no_draft_adaptive and args.spec_synth_len is None,
+        lookup=not args.no_lookup, chat_template=args.chat_template, max_queue=args.max_queue,
+        cache_reuse=not args.no_cache_reuse, cache_device_cells=args.cache_device, cache_ram_mib=args.cache_ram,
+        checkpoint_every=args.ctx_checkpoint_every, slot_save_path=save_path, synth_len=args.spec_synth_len,
+        warm_up=not args.no_warmup)
 
 
 def check_rpc_servers(models) -> None:
@@ -169,9 +159,9 @@ def main(argv=None) -> int:
         sys.stderr.write(f"pydflash-server: error: {exc}\n")
         return EXIT_BAD_INPUT
     if args.ray:
-        from ..serve import launch
+        from . import server_ray
 
-        return launch.main(args, models)
+        return server_ray.main(args, models)
 
     import uvicorn
 

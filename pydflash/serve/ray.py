@@ -72,6 +72,5 @@ def _engine_defaults(models: ServerModels) -> dict:
 
 
 def _models(config: Optional[str]) -> ServerModels:
-    from ..cli.server import build_models, parse_args  # the same presets as pydflash-server with these flags
-
-    return build_models(parse_args(["--config", config] if config else []))
+    """The presets of ``config``, else the embedded default pair as ``pydflash-server`` serves it without flags."""
+    return ServerModels.from_toml(config) if config else ServerModels.single()

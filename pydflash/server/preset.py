@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pathlib
 from dataclasses import dataclass
 from typing import Optional
@@ -117,6 +118,10 @@ class Preset:
 
 @dataclass(frozen=True)
 class ServerModels:
+    """The presets a server offers, and the one that ``"model": "any"`` names when nothing is resident. Built from
+    a ``models.toml`` (``from_toml``) or from one pair (``single``): the CLI's flags and the Ray app's arguments
+    both come here, so the two serve the same presets for the same settings."""
+
     presets: dict[str, Preset]
     default: str
 
@@ -126,31 +131,48 @@ class ServerModels:
         if self.default not in self.presets:
             raise ConfigError(f"default preset {self.default!r} is not defined")
 
+    @classmethod
+    def from_toml(cls, path: str | pathlib.Path) -> "ServerModels":
+        """The presets of a ``models.toml`` (the module docstring shows one); paths in it are relative to it."""
+        path = pathlib.Path(path)
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: {exc}") from exc
+        default = data.pop("default", None)
+        presets = {}
+        for name, table in data.items():
+            if not isinstance(table, dict):
+                raise ConfigError(f"{path}: {name!r} must be a table of preset settings")
+            unknown = set(table) - _FIELDS
+            if unknown:
+                raise ConfigError(f"{path}: preset {name!r} has unknown keys {sorted(unknown)}")
+            table = dict(table)
+            for key in ("target", "drafter", "chat_template", "slot_save_path"):
+                table[key] = _resolve_path(path.parent, table.get(key), key)
+            presets[name] = Preset(name=name, **{k: v for k, v in table.items() if v is not None or k == "drafter"})
+        return cls(presets, default or next(iter(presets), ""))
+
+    @classmethod
+    def single(cls, target: Optional[str] = None, drafter: Optional[str] = None, name: Optional[str] = None,
+               **settings) -> "ServerModels":
+        """One preset. ``target``: a GGUF file, or None for the embedded default pair; ``drafter``: its DFlash
+        drafter, None for none (with the embedded target: the shipped one), "" for none in either case. ``name``
+        defaults to the target file's stem ("default" for the embedded pair); ``settings`` are ``Preset`` fields."""
+        if target is not None and not os.path.isfile(target):
+            raise ConfigError(f"no such model file: {target}")
+        if drafter and not os.path.isfile(drafter):
+            raise ConfigError(f"no such drafter file: {drafter}")
+        if name is None:
+            name = os.path.splitext(os.path.basename(target))[0] if target is not None else "default"
+        preset = Preset(name=name, target=os.path.abspath(target) if target is not None else EMBEDDED,
+                        drafter=os.path.abspath(drafter) if drafter else drafter, **settings)
+        return cls({name: preset}, name)
+
 
 _FIELDS = {f.name for f in dataclasses.fields(Preset)} - {"name"}
-
-
-def load_models_toml(path: str | pathlib.Path) -> ServerModels:
-    path = pathlib.Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
-    default = data.pop("default", None)
-    presets = {}
-    for name, table in data.items():
-        if not isinstance(table, dict):
-            raise ConfigError(f"{path}: {name!r} must be a table of preset settings")
-        unknown = set(table) - _FIELDS
-        if unknown:
-            raise ConfigError(f"{path}: preset {name!r} has unknown keys {sorted(unknown)}")
-        table = dict(table)
-        for key in ("target", "drafter", "chat_template", "slot_save_path"):
-            table[key] = _resolve_path(path.parent, table.get(key), key)
-        presets[name] = Preset(name=name, **{k: v for k, v in table.items() if v is not None or k == "drafter"})
-    return ServerModels(presets, default or next(iter(presets), ""))
 
 
 def _resolve_path(base: pathlib.Path, value, key: str):
