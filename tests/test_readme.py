@@ -1,4 +1,5 @@
-"""The README stays true: every ```python snippet runs, and its pydflash-speculative flags are the real ones.
+"""The README and docs/usage.md stay true: every ```python snippet runs, and their pydflash-speculative and
+pydflash-server flags are the real ones.
 
 Snippets run as they are written, each in its own interpreter (a snippet that crashes the process fails here
 instead of taking pytest down). The GGUF names a snippet uses ("target.gguf", "drafter.gguf") are files in the
@@ -18,24 +19,26 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
+USAGE = (REPO / "docs" / "usage.md").read_text(encoding="utf-8")  # the full flag tables and the models.toml sample
+DOCS = README + "\n" + USAGE
 FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
 
 
-def fenced(lang: str) -> list[str]:
-    return re.findall(rf"^```{lang}\n(.*?)^```", README, flags=re.S | re.M)
+def fenced(lang: str, text: str = DOCS) -> list[str]:
+    return re.findall(rf"^```{lang}\n(.*?)^```", text, flags=re.S | re.M)
 
 
-def section(title: str) -> str:
-    start = README.index(title)
-    end = README.find("\n## ", start + len(title))
-    return README[start:end if end > 0 else None]
+def section(title: str, text: str = USAGE) -> str:
+    start = text.index(title)
+    end = text.find("\n## ", start + len(title))
+    return text[start:end if end > 0 else None]
 
 
 SNIPPETS = fenced("python")
 
 
 def test_readme_has_python_snippets():
-    assert SNIPPETS, "no ```python block found in README.md"
+    assert fenced("python", README), "no ```python block found in README.md"
 
 
 SERVER_URL = "http://127.0.0.1:8080"
@@ -85,7 +88,7 @@ def help_options() -> list[list[str]]:
 def table_flags() -> set[str]:
     """Flags named in the first column of the README's pydflash-speculative flag table."""
     rows = [ln for ln in section("## CLI: `pydflash-speculative`").splitlines() if ln.startswith("| `")]
-    assert rows, "no flag table in the README's CLI section"
+    assert rows, "no flag table in docs/usage.md's CLI section"
     return {f for row in rows for f in FLAG.findall(row.split("|")[1])}
 
 
@@ -94,9 +97,9 @@ def test_flag_table_matches_help():
     real = {s for o in opts for s in o}
     assert "--top-k" in real and "--json" in real  # the help parsed
     documented = table_flags()
-    assert documented - real == set(), "README documents flags the CLI does not have"
+    assert documented - real == set(), "docs/usage.md documents flags the CLI does not have"
     undocumented = [o for o in opts if o != ["-h", "--help"] and not set(o) & documented]
-    assert undocumented == [], "flags missing from the README table"
+    assert undocumented == [], "flags missing from docs/usage.md's table"
 
 
 def test_sh_examples_use_real_flags():
@@ -112,7 +115,7 @@ def test_sh_examples_use_real_flags():
 def test_models_toml_sample_is_valid(tmp_path):
     from pydflash.server.preset import ServerModels
 
-    (block,) = fenced("toml")
+    (block,) = fenced("toml", USAGE)
     cfg = tmp_path / "models.toml"
     cfg.write_text(block)
     models = ServerModels.from_toml(cfg)

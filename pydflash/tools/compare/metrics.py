@@ -18,7 +18,7 @@ from .errors import BadInput
 
 # Max relative RMS error a healthy conversion gives, per GGUF type. A clean
 # quantization of Gaussian-like weights sits at about half of these (measured
-# with llama-quantize --pure: docs/compare_weights.md), leaving room for the
+# with llama-quantize --pure: docs/compare-weights.md), leaving room for the
 # heavier tails of real weights; a broken conversion (wrong permutation, wrong
 # transform, wrong tensor) lands near 1.0 or above.
 DEFAULT_TOLERANCE: dict[str, float] = {
