@@ -257,7 +257,7 @@ def test_accept_curve_matches_the_rates():
 @pytest.mark.parametrize("machine", [GPU, CPU], ids=["gpu", "cpu"])
 @pytest.mark.parametrize("n", [1, 4, 16])
 def test_useless_drafter_costs_at_most_three_percent(machine, n):
-    """Issue 13's target: with a drafter that never hits, any concurrency stays >= 0.97x of plain decoding."""
+    """The speed target: with a drafter that never hits, any concurrency stays >= 0.97x of plain decoding."""
     rate, drafting = run(machine, [0.0] * n, steps=3000)
     assert rate >= 0.97 * plain_rate(machine, n), (rate / plain_rate(machine, n), drafting)
     assert drafting < 0.03
@@ -373,7 +373,7 @@ def test_blank_probes_lengthen_pauses_faster():
 
 
 def test_useless_drafter_steady_state_costs_few_steps():
-    """Issue 13's useless-drafter bar: once pauses reach USELESS_PAUSE, features run only in the short lead-in and
+    """The useless-drafter bar: once pauses reach USELESS_PAUSE, features run only in the short lead-in and
     one step per pause probes, at any concurrency: at most 17 of 2048 steps pay anything (0.8 %)."""
     for n in (1, 8, 16):
         feats = drafting = 0

@@ -1,4 +1,4 @@
-"""The Python API as a user and a load tester drive it (issue 12, items 3-8): closed LLMs, abandoned streams, two
+"""The Python API as a user and a load tester drive it: closed LLMs, abandoned streams, two
 threads, all-or-nothing generate_many, seeds, and input validation."""
 
 from __future__ import annotations

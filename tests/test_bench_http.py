@@ -1,5 +1,5 @@
 """scripts/bench/http_vs_native.py's bookkeeping: the interleaved round order and the strongest-native baseline its verdicts
-use (issue 13). The servers are mocked: what is tested is which round goes where, not speed."""
+use. The servers are mocked: what is tested is which round goes where, not speed."""
 
 from __future__ import annotations
 

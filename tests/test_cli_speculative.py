@@ -96,7 +96,7 @@ def test_bad_flags(tiny):
     _bad(run("-m", str(p.target), "-p", "", "-n", "4"))
 
 
-# --- issue 12 item 10: pipes, argparse, Ctrl-C, empty prompts, messages that name the file and our own flags ---
+# --- pipes, argparse, Ctrl-C, empty prompts, messages that name the file and our own flags ---
 
 
 def test_closed_pipe_exits_quietly(tiny):
@@ -205,7 +205,7 @@ def test_scale_mismatch_api_phrasing(tiny):
     assert str(p.drafter) in info.value.fact and "allow_scale_mismatch" not in info.value.fact
 
 
-# --- issue 10: adaptive drafting is the default; a fixed block is opt-in ---
+# --- adaptive drafting is the default; a fixed block is opt-in ---
 
 
 def _json(*args):

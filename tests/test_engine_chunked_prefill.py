@@ -1,4 +1,4 @@
-"""Chunked prefill (issue 10): a long prompt goes through the target n_batch tokens per step, in the same forward
+"""Chunked prefill: a long prompt goes through the target n_batch tokens per step, in the same forward
 as the running slots' verify spans, so running streams keep receiving tokens, and output stays lossless."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 12 item 2: llama.cpp never receives a token id outside the vocabulary.
+"""llama.cpp never receives a token id outside the vocabulary.
 
 On the GPU a drafter can yield id -1 for a draft (CUDA's argmax over a row of NaN/-inf logits, or a row the backend
 sampler left unsampled). Put into the verify batch, llama.cpp reads -1 as "no token" and fails every step with

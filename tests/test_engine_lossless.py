@@ -179,7 +179,7 @@ def test_paused_drafter_skips_the_drafter_kv_query(tiny, monkeypatch):
     assert 0 < len(calls) <= 8  # a query per slot after prefill, not 4 in each of the 24 steps
 
 
-# Issue 12 item 1: 8 requests on 4 slots, so later requests are admitted into slots freed mid-flight (the reported
+# A reported divergence: 8 requests on 4 slots, so later requests are admitted into slots freed mid-flight (the reported
 # divergence: "Emoji: 😀" at generated token 5, 1.65 nat, in the step that admitted a request into a freed slot).
 ADMISSION_PROMPTS = ["The history of the printing press begins", "def add(a, b):\n", "Once upon a time",
                      "1, 2, 3, 4, 5,", "Emoji: 😀", "The capital of France is", "import numpy as np\n",

@@ -1,4 +1,4 @@
-"""scripts/bench/profile_host.py: the host part of a step, by phase, with the forwards left out (issue 13's profile)."""
+"""scripts/bench/profile_host.py: the host part of a step, by phase, with the forwards left out."""
 
 import importlib.util
 import pathlib

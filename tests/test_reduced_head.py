@@ -71,7 +71,7 @@ def test_refuses_a_drafter_with_its_own_head(tiny, tmp_path):
 def test_the_shipped_drafter_has_its_own_head_inside_the_size_cap():
     """The shipped Gemma drafter carries a reduced head (scripts/reduce_drafter_head.py): sorted unique target ids
     (I32), one Q8_0 row each, the end-of-turn and end-of-text ids among them (a drafter must be able to propose the
-    end of a reply); and everything in pydflash/models stays inside issue 14's 60 MB cap."""
+    end of a reply); and everything in pydflash/models stays inside the 60 MB cap on pydflash/models."""
     import gguf
     import numpy as np
 

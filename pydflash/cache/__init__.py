@@ -1,6 +1,6 @@
 """The prompt cache: per-slot prefix reuse, a RAM cache across slots, SWA checkpoints and slot files.
 
-Every path snapshots or trims the target and the drafter together (see ../../docs and DFLASH_NOTES §3: restoring
+Every path snapshots or trims the target and the drafter together (docs/architecture.md, failure classes: restoring
 the target's KV without the drafter's injected features is the classic speculative prompt-cache bug).
 
 - ``config``    CacheConfig (what to reuse, the RAM cap, checkpoint spacing)

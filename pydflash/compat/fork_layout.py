@@ -1,6 +1,6 @@
 """Fork-era DFlash drafter GGUFs (before upstream support) and their one-time conversion to upstream layout.
 
-Fork layout (DFLASH_NOTES.md section 4; pydflash/factory/drafter.py writes one):
+Fork layout (docs/compat.md, fork-era GGUFs; pydflash/factory/drafter.py writes one):
 - architecture ``dflash-draft``; model hparams under ``dflash-draft.*`` (embedding_length, attention.*, ...);
 - DFlash keys under ``dflash-draft.dflash.*``: block_size, target_layer_ids (raw HF ids, the "late",
   post-layer-output convention), mask_token_id, n_target_layers, n_target_features. Older files spell the

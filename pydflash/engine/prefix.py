@@ -1,6 +1,6 @@
 """Prompt reuse for the engine: which slot a request goes to, and how both KV caches get to its cached prefix.
 
-Three paths, all keeping the target and the drafter consistent (DFLASH_NOTES §3):
+Three paths, all keeping the target and the drafter consistent (docs/architecture.md, failure classes):
 - **resident**: a released slot keeps its tokens and both caches; a new request sharing a prefix trims both at the
   same position p (and the feature bookkeeping with them) and prefills only the rest;
 - **device** (the default second tier): a resident about to be overwritten keeps its cells under a spare sequence id

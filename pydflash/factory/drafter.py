@@ -22,7 +22,7 @@
    Rope is NEOX (llama_model_rope_type) like the HF Qwen3 drafter, so q/k are NOT permuted:
    the safetensors [out, in] arrays go into GGUF unchanged.
 
-3. Fork-era GGUF (``general.architecture = "dflash-draft"``, DFLASH_NOTES.md section 4),
+3. Fork-era GGUF (``general.architecture = "dflash-draft"``, docs/compat.md),
    which stock llama.cpp cannot load:
        dflash_fc.weight, dflash_hidden_norm.weight, output_norm.weight,
        blk.N.post_attention_norm.weight as the pre-FFN norm (no ffn_norm), other blk.N.* as (2)

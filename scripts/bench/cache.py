@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Prompt-cache benchmark (issue 11): time to first token over a 6-turn chat, cache off against cache on.
+"""Prompt-cache benchmark: time to first token over a 6-turn chat, cache off against cache on.
 
 Each round is one fresh conversation through ``/v1/chat/completions`` (stream, temperature 0): a ~1,000-token
 system prompt, then 6 turns, each a short user message and a ~32-token answer (``ignore_eos``) appended to the

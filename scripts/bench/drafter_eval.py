@@ -1,7 +1,7 @@
 """Acceptance of a drafter through pydflash on held-out prompts (never trained on).
 
     .venv/bin/python scripts/bench/drafter_eval.py [--n 40] [--tokens 256] [--ngl 0] [--out docs/results/2026-11-29-cpu/drafter_eval_cpu.json]
-    .venv/bin/python scripts/bench/drafter_eval.py --suite [--n 4] [--only repetition] ...   # issue 14's suite
+    .venv/bin/python scripts/bench/drafter_eval.py --suite [--n 4] [--only repetition] ...   # the drafter suite
 
 Without --suite: the first `prompt_len` tokens of each row of pydflash/train/heldout_eval.npz, split into code and
 prose. With --suite: pydflash/train/eval_suite.py, bucketed by kind (code, prose, chat) and prompt length (under
@@ -36,7 +36,7 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--drafter", default=str(SHIPPED_DRAFTER))
     ap.add_argument("--out", default=None)
-    ap.add_argument("--suite", action="store_true", help="issue 14's bucketed suite and repetition suite")
+    ap.add_argument("--suite", action="store_true", help="the bucketed drafter suite and repetition suite")
     ap.add_argument("--no-lookup", action="store_true",
                     help="the drafter's blocks only: no chains copied from the text (engine/lookup.py)")
     ap.add_argument("--only", default="", help="with --suite: comma-separated kinds (code, prose, chat, repetition)")

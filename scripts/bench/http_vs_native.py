@@ -476,7 +476,7 @@ async def complete(client: httpx.AsyncClient, body: dict) -> dict:
 def requests_at(a: argparse.Namespace, clients: int) -> int:
     """Requests per client per round at this level: --requests, more at low concurrency so that a round holds at
     least --min-round-requests. At 1 client two 256-token requests took 0.7 s on the H200, and such rounds of pydflash
-    plain spread over 687-781 tok/s (docs/results/2026-12-01-h200-f): too short to see the 3 % that issue 13's useless-drafter
+    plain spread over 687-781 tok/s (docs/results/2026-12-01-h200-f): too short to see the 3 % that the useless-drafter
     bound allows."""
     return max(a.requests, -(-getattr(a, "min_round_requests", 0) // clients))
 
@@ -959,7 +959,7 @@ def markdown(report: dict) -> str:
         for n in split_rows:
             lv = report["conditions"][n].get("levels", {})
             lines.append(f"| `{n}` | " + " | ".join(split_cell(lv.get(str(c)), c) or "-" for c in levels) + " |")
-    lines += ["", "## Targets of issue 13", "", "| target | measured (ratio of medians) | verdict |", "|---|---|---|"]
+    lines += ["", "## Speed targets", "", "| target | measured (ratio of medians) | verdict |", "|---|---|---|"]
     lines += [target_row(t) for t in report.get("targets") or targets(report)]
     errors = [(n, c.get("error")) for n, c in report["conditions"].items() if c.get("error")]
     if errors:

@@ -1,5 +1,5 @@
 """Where the host part of an engine step goes: the Python (and short native calls) of each phase, per step, with
-the contexts' forwards left out. Issue 13 asks that a 16-slot step's host work stay under 10 %.
+the contexts' forwards left out. The target is that a 16-slot step's host work stay under 10 %.
 
     .venv/bin/python scripts/bench/profile_host.py [--model gemma|tiny] [--ngl -1] [--slots 16] [--synth-len 8]
         [--steps 300] [--out docs/profile_host.json]

@@ -1,4 +1,4 @@
-"""Sampling with speculation (issue 15): rejection sampling against sample-and-match, side by side.
+"""Sampling with speculation: rejection sampling against sample-and-match, side by side.
 
 Gemma-3-270M Q4_K_M target with the shipped DFlash drafter, one slot, a fixed draft block (so both modes draft
 the same number of tokens per step), at temperature 0.7 and 1.0 (top-p 0.9 where --top-p says so); plain

@@ -198,7 +198,7 @@ def main(argv=None):
         res[f"verify_c{c}_span5_after_plain_step"] = round(1e3 * statistics.median(spans), 3)
     for n in (32, 64, 128):
         res[f"redecode_{n}_with_features"] = timed(verify(1, n, all_outputs=False), max(5, args.reps // 3))
-    # issue 13: a useless drafter's paused steps ran ~4 % slower in the verify than pydflash plain's (HTTP, H200, c1)
+    # a useless drafter's paused steps ran ~4 % slower in the verify than pydflash plain's (HTTP, H200, c1)
     for name, outputs in (("", block), ("_one_output", 1)):
         pctx = Context(pair.target, ContextParams(
             n_ctx=n_seq * 1024, n_batch=512, n_ubatch=512, n_seq_max=n_seq, n_outputs_max=n_seq * outputs,
@@ -210,7 +210,7 @@ def main(argv=None):
         for c in (1, 8):
             res[f"plain_c{c}_no_feature_layers{name}"] = timed(verify(c, 1, ctx=pctx), args.reps)
         pctx.close()
-    # issue 14's bar for a bigger drafter: its block forward stays under 30 % of the 16-token verify it feeds
+    # the cost bar for a bigger drafter: its block forward stays under 30 % of the 16-token verify it feeds
     for c in (1, 8):
         res[f"draft_k15_over_verify_span16_c{c}"] = round(res[f"draft_c{c}_k15"] / res[f"verify_c{c}_span16_all_outputs"], 3)
     res["drafter"] = os.path.basename(str(drafter))
