@@ -109,6 +109,9 @@ class Drafter:
         all_picks = self.ctx.picks(range(b.n))  # every block row is an output: one read for all of them
         drafts = {}
         for slot, start, k in where:
+            if slot.host is not None:  # no backend chain: drafts drawn on the host from the block's logits rows
+                drafts[slot.seq] = slot.host.draft(lambda i, s=start: self.ctx.logits(s + 1 + i), k)
+                continue
             raw = all_picks[start + 1 : start + 1 + k]
             if slot.proposal is not None and slot.proposal.argmax:  # rejection sampling from q's argmax (proposal.py)
                 tops = [argmax_of(self.ctx.sampled(start + 1 + i)) for i in range(k)]

@@ -30,10 +30,12 @@ from ..cache.config import CacheConfig
 from ..config import EngineConfig
 from ..errors import ContextOverflow, EngineClosed, InvalidRequest, InvariantError
 from ..native import Context, ContextParams
+from ..native.grammar import Grammar
 from ..pair import Pair
 from . import adaptive, lookup, prefix, proposal, rejection
 from .costs import StepCosts
 from .accept import commit_tokens, greedy_accept, synthetic_accept, synthetic_rate
+from .controlled import HostSampler
 from .drafter import NO_COST, Drafter, ProposeCost
 from .prefix import PromptCache
 from .request import Event, Request, Result
@@ -162,7 +164,17 @@ class Engine:
             )
         if self.is_live(req.id):
             raise InvalidRequest(f"request {req.id} is already queued or running")
+        self._check_controls(req)
         return tokens
+
+    def _check_controls(self, req: Request) -> None:
+        """What only the model can tell: logit_bias ids inside its vocabulary, a grammar llama.cpp can parse."""
+        n_vocab = self.model.n_vocab
+        bad = next((t for t, _ in req._bias if t >= n_vocab), None)
+        if bad is not None:
+            raise InvalidRequest(f"logit_bias: token id {bad} outside the vocabulary [0, {n_vocab})")
+        if req._gbnf is not None:
+            Grammar.parse(self.model, req._gbnf, "grammar" if req.grammar is not None else "json_schema").close()
 
     def submit(self, req: Request) -> int:
         """Validate and queue a request; raises InvalidRequest / ContextOverflow before any decoding."""
@@ -391,6 +403,8 @@ class Engine:
         """Accepted count and committed tokens. Greedy and sample-and-match keep the drafts equal to the target's
         picks (its argmax, or its samples); rejection sampling compares the drafter's q with the target's p."""
         k = len(drafts)
+        if slot.host is not None:  # picks drawn on the host from the target's logits rows (controlled.py)
+            return slot.host.commit(drafts, lambda i: self.verifier.logits(slot.seq, i))
         if self.synth_p is not None and k:
             m = synthetic_accept(k, self.synth_p, self.rng)
         elif k and slot.request.rejection:
@@ -550,9 +564,12 @@ class Engine:
             slot = Slot(seq=i, request=req, prompt=tokens, draft_max=draft, stats=Stats(n_prompt=len(tokens)),
                         text=TextStream(req.stop), policy=adaptive.SlotPolicy(),
                         prefill=list(tokens[:-1]), anchor=tokens[-1], admitted=next(self._admissions),
-                        proposal=proposal.Proposal() if req.rejection and self.drafter is not None else None,
-                        # rejection sampling needs the drafter's q for each draft: no copied chains
-                        history=lookup.History(tokens) if self._looks_up and not req.rejection else None)
+                        proposal=proposal.Proposal() if req.rejection and self.drafter is not None and not req.on_host
+                        else None, host=self._host_sampler(req, tokens),
+                        # rejection sampling needs the drafter's q for each draft, a host-sampled request the
+                        # drafter's rows: no copied chains
+                        history=lookup.History(tokens) if self._looks_up and not req.rejection and not req.on_host
+                        else None)
             self.target_ctx.set_sampling(i, req.sampling)
             if self.drafter is not None:  # q for rejection sampling, else the drafter's argmax
                 self.drafter.ctx.set_sampling(i, req.draft_sampling)
@@ -566,7 +583,16 @@ class Engine:
                 self.prompt_cache.after_prefill(slot)
             self.slots[i] = slot
 
+    def _host_sampler(self, req: Request, tokens: list[int]) -> Optional[HostSampler]:
+        """Penalties and grammars depend on the path through the block: such a request is sampled on the host."""
+        if not req.on_host:
+            return None
+        grammar = Grammar.parse(self.model, req._gbnf) if req._gbnf is not None else None
+        return HostSampler(req, tokens, grammar, self.model.eos)
+
     def _release(self, slot: Slot) -> None:
+        if slot.host is not None:
+            slot.host.close()
         if self.drafter is not None:  # a step cut short between propose and verify left its noise blocks
             self.drafter.drop_blocks()
         self.prompt_cache.release(slot)  # keeps the sequence in both caches for reuse (or clears them)

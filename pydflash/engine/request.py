@@ -7,9 +7,10 @@ import math
 import numbers
 import secrets
 from dataclasses import dataclass, field
-from typing import Optional, Sequence, Union
+from typing import Mapping, Optional, Sequence, Union
 
 from ..errors import InvalidRequest
+from . import controls, schema
 from .rejection import drafter_seed
 from .stats import Stats
 
@@ -62,6 +63,18 @@ class Request:
       draft lengths in rejection mode (draws there depend on what was drafted). A forward over a different
       batch rounds differently, and a draw that lands within float noise of a CDF boundary then picks a
       neighbouring token, after which the text goes its own way (as in llama.cpp and vLLM).
+
+    Controls (``controls.py`` has the order and the formulas; docs/sampling.md what each does under speculation).
+    Each transforms the target's logits and the drafter's alike, at every verified position, given the history up
+    to that position (drafts earlier in the block included):
+    - ``logit_bias``: {token id: bias} added to the logit; a bias of -100 or below (or -inf) bans the token;
+    - ``min_p``: drop tokens below min_p x the likeliest one's probability (0: off; sampling only);
+    - ``presence_penalty``, ``frequency_penalty`` (OpenAI's, in [-2, 2]) and ``repeat_penalty`` (llama.cpp's,
+      1: off) over the last ``repeat_last_n`` tokens of prompt + output (-1: all of them, 0: off);
+    - ``grammar`` (GBNF) or ``json_schema`` (a dict or its JSON text, turned into GBNF): only tokens the grammar
+      allows after the output so far can be committed.
+    logit_bias and min_p run in the backend sampler chains like top-k; penalties and a grammar depend on the
+    path, so such a request is sampled on the host from the full logits rows (``controlled.py``).
     """
 
     prompt: Union[str, Sequence[int]]
@@ -76,8 +89,18 @@ class Request:
     seed: Optional[int] = None  # None: fresh entropy (see the class docstring)
     sampling_mode: str = "rejection"  # or "match" (sample-and-match); ignored at temperature 0
     cache_prompt: bool = True  # reuse a cached prefix of the prompt (and keep this one for later requests)
+    logit_bias: Optional[Mapping[int, float]] = None  # token id -> added to its logit; <= -100: banned
+    min_p: float = 0.0  # 0: off
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repeat_penalty: float = 1.0  # 1: off
+    repeat_last_n: int = 64  # the penalties' window over prompt + output; -1: all, 0: penalties off
+    grammar: Optional[str] = None  # GBNF, root rule "root"
+    json_schema: Optional[Union[Mapping, str]] = None  # turned into GBNF (schema.py)
     id: int = field(default_factory=lambda: next(_ids))
     _seed: int = field(init=False, repr=False, compare=False, default=0)
+    _bias: tuple = field(init=False, repr=False, compare=False, default=())  # sorted (id, bias), bans at -inf
+    _gbnf: Optional[str] = field(init=False, repr=False, compare=False, default=None)  # grammar or the schema's
 
     def __post_init__(self):
         self._check_prompt()
@@ -107,6 +130,37 @@ class Request:
         self.max_tokens, self.top_k = int(self.max_tokens), int(self.top_k)
         self.draft_max = None if self.draft_max is None else int(self.draft_max)
         self._seed = int(self.seed) & 0xFFFFFFFF if self.seed is not None else secrets.randbits(32)
+        self._check_controls()
+
+    def _check_controls(self) -> None:
+        self._bias = controls.check_logit_bias(self.logit_bias)
+        self.min_p = controls.check_range("min_p", self.min_p, 0.0, 1.0)
+        self.presence_penalty = controls.check_range("presence_penalty", self.presence_penalty, -2.0, 2.0)
+        self.frequency_penalty = controls.check_range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)
+        self.repeat_penalty = controls.check_range("repeat_penalty", self.repeat_penalty, 0.0, 10.0, lo_open=True)
+        if not _is_int(self.repeat_last_n) or self.repeat_last_n < -1:
+            _fail(f"repeat_last_n must be an integer >= -1 (-1: the whole history, 0: off), got {self.repeat_last_n!r}")
+        self.repeat_last_n = int(self.repeat_last_n)
+        if self.grammar is not None and self.json_schema is not None:
+            _fail("grammar and json_schema exclude each other: give one")
+        if self.grammar is not None:
+            if not isinstance(self.grammar, str) or not self.grammar.strip():
+                _fail(f"grammar must be a non-empty GBNF string, got {self.grammar!r}")
+            self._gbnf = self.grammar
+        elif self.json_schema is not None:
+            self._gbnf = schema.to_gbnf(self.json_schema)
+        if self._gbnf is not None and self.ignore_eos:
+            _fail("ignore_eos cannot be combined with grammar or json_schema: the grammar decides where output ends")
+
+    @property
+    def penalties(self) -> controls.Penalties:
+        return controls.Penalties(self.repeat_penalty, self.frequency_penalty, self.presence_penalty,
+                                  self.repeat_last_n)
+
+    @property
+    def on_host(self) -> bool:
+        """Sampled on the host from full logits rows: controls that depend on the path (penalties, a grammar)."""
+        return self._gbnf is not None or self.penalties.on
 
     def _check_prompt(self) -> None:
         """A non-empty str, or a non-empty sequence of integer token ids (stored as a list of int)."""
@@ -134,11 +188,14 @@ class Request:
         self.prompt = [int(t) for t in p]
 
     @property
-    def sampling(self) -> tuple:
-        """What the backend sampler chain of this request's sequence must be (hashable, for reuse)."""
+    def sampling(self) -> Optional[tuple]:
+        """What the backend sampler chain of this request's sequence must be (hashable, for reuse); None: no
+        chain (``on_host``: the host samples from the logits rows)."""
+        if self.on_host:
+            return None
         if self.temperature == 0.0:
-            return ("greedy",)
-        return ("dist", self.temperature, self.top_k, self.top_p, self._seed)
+            return ("greedy", self._bias) if self._bias else ("greedy",)
+        return ("dist", self.temperature, self.top_k, self.top_p, self.min_p, self._bias, self._seed)
 
     @property
     def rejection(self) -> bool:
@@ -146,13 +203,15 @@ class Request:
         return self.temperature > 0.0 and self.sampling_mode == "rejection"
 
     @property
-    def draft_sampling(self) -> tuple:
+    def draft_sampling(self) -> Optional[tuple]:
         """The drafter's backend chain for this request: q under the same transforms in rejection mode, else
-        its argmax."""
+        its argmax (of the biased logits: a banned token is never drafted); None: sampled on the host."""
+        if self.on_host:
+            return None
         if not self.rejection:
-            return ("greedy",)
+            return ("greedy", self._bias) if self._bias else ("greedy",)
         top_k = min(self.top_k, DRAFT_TOP_K) if self.top_k else DRAFT_TOP_K
-        return ("dist", self.temperature, top_k, self.top_p, drafter_seed(self._seed))
+        return ("dist", self.temperature, top_k, self.top_p, self.min_p, self._bias, drafter_seed(self._seed))
 
 
 @dataclass

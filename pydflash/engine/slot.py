@@ -10,6 +10,7 @@ import numpy as np
 from ..errors import InvariantError
 from ..native.features import LayerRows
 from .adaptive import SlotPolicy
+from .controlled import HostSampler
 from .lookup import Edge, History
 from .proposal import Proposal
 from .request import Request
@@ -69,6 +70,7 @@ class Slot:
     finish_reason: Optional[str] = None
     policy: SlotPolicy = field(default_factory=SlotPolicy)  # adaptive drafting state
     proposal: Optional[Proposal] = None  # rejection sampling's proposal choice (a sampling request with a drafter)
+    host: Optional[HostSampler] = None  # drafts and picks drawn on the host (penalties, a grammar: controlled.py)
     history: Optional[History] = None  # prompt + committed tokens, for copied chains (lookup.py); None: no lookup
     copy_edge: Edge = field(default_factory=Edge)  # whether its copies have been earning more than its blocks
     # (drafter ctx writes, drafter_base, drafter_len) when the drafter KV last matched the bookkeeping (Engine._check)

@@ -40,13 +40,14 @@ class Verifier:
         self.ctx.decode(b, during)
         feats = self.ctx.layer_rows(b.n) if self.with_features and self.ctx.features_on else None
         # the spans came first, every row an output: all their picks in one read (one backend synchronization)
+        # (a slot sampled on the host has no backend chain: its rows hold no pick, the caller reads its logits)
         all_picks = self.ctx.picks(range(sum(n for _, _, n, is_span in where if is_span)))
         if all_picks and (min(all_picks) < 0 or max(all_picks) >= self.ctx.n_vocab):  # one check for the batch
             for slot, start, n, is_span in where:
-                self._check_picks(slot, all_picks[start : start + n] if is_span else [])
+                self._check_picks(slot, all_picks[start : start + n] if is_span and slot.host is None else [])
         out = {}
         for slot, start, n, is_span in where:
-            picks = all_picks[start : start + n] if is_span else []
+            picks = all_picks[start : start + n] if is_span and slot.host is None else []
             rows = feats.sub(start, n) if feats is not None else None
             out[slot.seq] = (picks, rows, slot.n_past)
         self._spans = {slot.seq: start for slot, start, _, is_span in where if is_span}
@@ -59,6 +60,12 @@ class Verifier:
         if self.ctx.n_decodes != self._epoch or seq not in self._spans:
             raise InvariantError(f"target probabilities of sequence {seq} read after another target forward")
         return self.ctx.sampled(self._spans[seq] + i)
+
+    def logits(self, seq: int, i: int):
+        """Verify row i's full logits ([V] float32, a copy) for a sequence without a backend sampler chain."""
+        if self.ctx.n_decodes != self._epoch or seq not in self._spans:
+            raise InvariantError(f"target logits of sequence {seq} read after another target forward")
+        return self.ctx.logits(self._spans[seq] + i)
 
     def _check_picks(self, slot: Slot, picks: list[int]) -> None:
         """A target pick outside the vocabulary (-1: no sample, or CUDA's argmax over NaN logits) would be committed

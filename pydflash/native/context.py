@@ -228,8 +228,10 @@ class Context:
         self.close()
 
     # --- sampling -------------------------------------------------------------------------------------
-    def set_sampling(self, seq: int, spec: tuple) -> None:
-        """Attach the backend sampler chain for one sequence: ("greedy",) or ("dist", temp, top_k, top_p, seed).
+    def set_sampling(self, seq: int, spec: Optional[tuple]) -> None:
+        """Attach the backend sampler chain for one sequence: ("greedy",), ("greedy", bias), or ("dist", temp,
+        top_k, top_p, min_p, bias, seed), bias a tuple of (token id, added logit) pairs (-inf bans); None detaches
+        it, and llama.cpp then copies that sequence's full logits rows to the host (``logits``).
 
         Sampling runs inside the graph, so no n_vocab floats per output are copied to the host. Changing a chain
         makes llama.cpp re-reserve its graph, so an unchanged spec is left alone.
@@ -238,15 +240,27 @@ class Context:
         if cur is not None and cur[0] == spec:
             C.llama_sampler_reset(cur[1])  # a new request: reseed, so a given seed reproduces its output
             return
+        if spec is None:
+            if cur is not None:
+                C.llama_set_sampler(self._ptr, seq, None)
+                C.llama_sampler_free(cur[1])
+                del self._chains[seq]
+            return
         chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
+        bias = spec[1] if spec[0] == "greedy" and len(spec) > 1 else spec[5] if spec[0] == "dist" else ()
+        if bias:  # first, as in llama.cpp's sampler order: the filters below see the biased logits
+            arr = (C.llama_logit_bias * len(bias))(*[C.llama_logit_bias(t, b) for t, b in bias])
+            C.llama_sampler_chain_add(chain, C.llama_sampler_init_logit_bias(self.n_vocab, len(bias), arr))
         if spec[0] == "greedy":
             C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
         else:
-            _, temp, top_k, top_p, seed = spec
+            _, temp, top_k, top_p, min_p, _, seed = spec
             if 0 < top_k < self.n_vocab:  # k >= n_vocab keeps every token; ggml_top_k asserts k <= its row length
                 C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_k(top_k))
             if top_p < 1.0:
                 C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_p(top_p, 1))
+            if min_p > 0.0:
+                C.llama_sampler_chain_add(chain, C.llama_sampler_init_min_p(min_p, 1))
             C.llama_sampler_chain_add(chain, C.llama_sampler_init_temp(temp))
             C.llama_sampler_chain_add(chain, C.llama_sampler_init_dist(seed))
         if not C.llama_set_sampler(self._ptr, seq, chain):
