@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from .rpc import parse_endpoints
+from .rpc_endpoints import parse_endpoints
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,7 @@ class EngineConfig:
     n_threads: int = 0  # 0 = llama.cpp default
     n_gpu_layers: int = 0  # layers offloaded to the local GPUs and the RPC servers together (-1 = all)
     # llama.cpp RPC servers ("host:port") that take the target's offloaded layers with the local GPUs (the drafter
-    # stays local); unauthenticated, so private addresses only unless rpc_allow_public (pydflash/rpc.py)
+    # stays local); unauthenticated, so private addresses only unless rpc_allow_public (pydflash/rpc_endpoints.py)
     rpc: tuple[str, ...] = ()
     rpc_allow_public: bool = False
     # Drafts per step: None = the drafter's trained block size - 1; 0 = plain decoding through the same engine.

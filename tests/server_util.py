@@ -98,8 +98,8 @@ class Server:
         return self._pids("pydflash.server.worker")
 
     def engine_pids(self) -> list[int]:
-        """The workers' engine processes (server/core.py)."""
-        return self._pids("pydflash.server.core")
+        """The workers' engine processes (server/engine_process.py)."""
+        return self._pids("pydflash.server.engine_process")
 
     def _pids(self, module: str) -> list[int]:
         out = subprocess.run(["pgrep", "-f", "-g", str(os.getpgid(self.proc.pid)), module],

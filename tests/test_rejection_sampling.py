@@ -326,10 +326,10 @@ def test_cli_bad_sampling_mode_exits_2_with_one_line(tiny):
 def test_server_body_sampling_mode_reaches_the_request():
     """The server's extension field: validated by the schema (bad values are 400s, test_server_badinput) and
     passed to the engine Request; absent means rejection."""
-    from pydflash.server.generate import Generation
+    from pydflash.server.completions import Completions
     from pydflash.server.schemas import ChatCompletionRequest, CompletionRequest
 
-    gen = Generation.__new__(Generation)  # _request reads only the body when it carries max_tokens
+    gen = Completions.__new__(Completions)  # _request reads only the body when it carries max_tokens
     for mode in ("match", "rejection"):
         body = CompletionRequest.model_validate(
             {"prompt": "x", "max_tokens": 4, "temperature": 0.7, "seed": 3, "sampling_mode": mode})

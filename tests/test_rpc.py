@@ -21,7 +21,8 @@ import pytest
 from oracle import Oracle
 from server_util import REPO, free_port
 
-from pydflash import api, rpc
+from pydflash import api
+from pydflash import rpc_endpoints as rpc
 from pydflash.config import EngineConfig
 from pydflash.engine.request import Request
 from pydflash.native._lib import LIB_DIR

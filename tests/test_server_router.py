@@ -95,7 +95,7 @@ def worker_pid(server, model) -> int:
 
 
 def engine_of(server, worker: int) -> int:
-    """The engine process a worker started (server/core.py)."""
+    """The engine process a worker started (server/engine_process.py)."""
     for pid in server.engine_pids():
         with open(f"/proc/{pid}/stat") as f:
             if int(f.read().rsplit(")", 1)[1].split()[1]) == worker:

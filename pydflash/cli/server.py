@@ -114,7 +114,7 @@ def build_models(args):
 def check_rpc_servers(models) -> None:
     """Every preset's RPC servers resolve, pass the address policy and answer the handshake now: a dead endpoint is
     a config error at start rather than a worker that fails to load later (RpcUnreachable is not a ValueError)."""
-    from ..rpc import parse_endpoint, probe, resolve_all
+    from ..rpc_endpoints import parse_endpoint, probe, resolve_all
 
     for preset in models.presets.values():
         for ep in resolve_all(preset.rpc, preset.rpc_allow_public):

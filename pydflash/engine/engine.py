@@ -122,7 +122,7 @@ class Engine:
                                         check=self._check if config.check_invariants else None)
         self._rngs: dict[int, random.Random] = {}  # slot seq -> its request's host stream (rejection sampling)
         # The owner's hook right before each step's target forward (the server delivers the last step's events
-        # there, see server/loop.py); None: nothing
+        # there, see server/engine_thread.py); None: nothing
         self.before_verify: Optional[Callable[[], None]] = None
         self.trace = StepTrace.from_env()  # PYDFLASH_STEP_TRACE: a JSON line per step (trace.py)
         self.warm_up_s = 0.0

@@ -26,8 +26,8 @@ class ModelParams:
     n_gpu_layers: int = 0  # layers offloaded to the GPUs and RPC servers together (llama.cpp's -ngl)
     # GGUF metadata overrides applied at load (e.g. {"dflash.embedding_scale": 25.3}).
     kv_overrides: Mapping[str, KVValue] = field(default_factory=dict)
-    # llama.cpp RPC servers ("ip:port", from pydflash.rpc.resolve_all) whose devices take offloaded layers, split
-    # with the local GPUs by free memory (native/rpc.py); () = local devices only
+    # llama.cpp RPC servers ("ip:port", from pydflash.rpc_endpoints.resolve_all) whose devices take offloaded layers,
+    # split with the local GPUs by free memory (native/rpc.py); () = local devices only
     rpc: tuple[str, ...] = ()
 
     def __post_init__(self):

@@ -14,7 +14,7 @@ left on an RPC device aborts the drafter's first decode. With no local GPU to en
 (``llama_model_params.tensor_buft_overrides``, llama.cpp's ``-ot``) therefore keeps the target's output tensors in
 CPU memory.
 
-llama.cpp aborts the process when a server does not answer, so ``target_devices`` runs ``pydflash.rpc.probe``
+llama.cpp aborts the process when a server does not answer, so ``target_devices`` runs ``pydflash.rpc_endpoints.probe``
 first, except for a server this process already holds a connection to through a live model (llama.cpp shares
 one connection per endpoint, and the server would not answer a second one).
 """
@@ -27,7 +27,7 @@ import threading
 from typing import Optional, Sequence
 
 from ..errors import NativeLibraryError
-from ..rpc import RpcUnreachable, parse_endpoint, probe
+from ..rpc_endpoints import RpcUnreachable, parse_endpoint, probe
 from ._lib import LIB_DIR, ensure_backend, ggml_libs
 
 GGML_BACKEND_DEVICE_TYPE_CPU = 0  # ggml-backend.h: CPU 0, GPU 1, IGPU 2, ACCEL 3, META 4
@@ -109,8 +109,8 @@ class DeviceList:
 
 
 def target_devices(endpoints: Sequence[str], timeout_s: Optional[float] = None) -> DeviceList:
-    """RPC devices of these ``ip:port`` endpoints (resolved and checked by ``pydflash.rpc.resolve_all``), then the
-    local GPUs. Raises RpcUnreachable for a server that does not answer in time."""
+    """RPC devices of these ``ip:port`` endpoints (resolved and checked by ``pydflash.rpc_endpoints.resolve_all``),
+    then the local GPUs. Raises RpcUnreachable for a server that does not answer in time."""
     ensure_backend()
     reg = _reg_by_name(b"RPC")
     if not reg:

@@ -6,7 +6,7 @@ byte, to the worker of its model over a Unix socket; answers and SSE streams com
 dies mid-request gives its client a 503 (or, mid-stream, an error event then ``[DONE]``).
 
 Where the models run is the app's ``Backend``: by default ``WorkerProxy`` (worker processes on this machine, chosen
-by the ``Router``); ``pydflash.serve`` plugs in Ray Serve replicas behind the same routes.
+by the ``Router``); ``pydflash.server.ray`` plugs in Ray Serve replicas behind the same routes.
 
 Public routes (no API key needed): ``PUBLIC_ROUTES``. Everything else needs ``Authorization: Bearer KEY`` when
 the server has an API key.

@@ -118,9 +118,9 @@ def observe_n(hist, amount: float, n: int) -> None:
 
 
 class StepRecorder:
-    """The worker's per-step metrics, fed with each step's events and the loop's state (``loop.LoopState``): on the
-    engine loop thread in-process, on the engine link's reader thread in a worker (core_link.py). Request start
-    times come from handlers."""
+    """The worker's per-step metrics, fed with each step's events and the engine's state (``LoopState``): on the
+    engine's thread in-process, on the engine process client's reader thread in a worker
+    (engine_process_client.py). Request start times come from handlers."""
 
     def __init__(self, model: str, n_slots: int):
         self.model = model
@@ -179,7 +179,8 @@ class StepRecorder:
                   "drafter_restarts": (CACHE_DRAFTER_RESTARTS, pc["drafter_restarts"]),
                   "hits": (CACHE_HITS, ram.get("hits", 0)), "misses": (CACHE_MISSES, ram.get("misses", 0)),
                   "evictions": (CACHE_EVICTIONS, ram.get("evictions", 0)),
-                  "device_hits": (DEVICE_HITS, dev.get("hits", 0)), "device_misses": (DEVICE_MISSES, dev.get("misses", 0)),
+                  "device_hits": (DEVICE_HITS, dev.get("hits", 0)),
+                  "device_misses": (DEVICE_MISSES, dev.get("misses", 0)),
                   "device_evictions": (DEVICE_EVICTIONS, dev.get("evictions", 0))}
         for key, (counter, total) in counts.items():
             seen = self._cache_seen.get(key, 0)

@@ -1,8 +1,8 @@
-"""What HTTP handlers ask of an engine besides generation, run on its loop thread: ``await loop.call(op, *args)``.
+"""What HTTP handlers ask of an engine besides generation, run on its thread: ``await engine.call(op, *args)``.
 
 Each is a module-level function of ``(engine, *args)``: in a worker the call crosses to the engine process
-(core.py) by reference and its arguments and result by pickle, so no closure, no handler object and no llama.cpp
-handle travels. Errors are the engine's typed ones (InvalidRequest and its subclasses: a 400).
+(engine_process.py) by reference and its arguments and result by pickle, so no closure, no handler object and no
+llama.cpp handle travels. Errors are the engine's typed ones (InvalidRequest and its subclasses: a 400).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@
     n_ctx_slot = 4096
     cache_ram_mib = 0                     # prompt cache (docs/cache.md); slot_save_path is relative to this file too
 
-    [split]                               # the target's layers over llama.cpp RPC servers (pydflash/rpc.py)
+    [split]                               # the target's layers over llama.cpp RPC servers (pydflash/rpc_endpoints.py)
     target = "big.gguf"
     n_gpu_layers = -1                     # layers offloaded to the local GPUs and the RPC servers together
     rpc = ["10.0.0.2:50052", "10.0.0.3:50052"]   # a trusted private network only (rpc_allow_public = true forces)
@@ -55,7 +55,7 @@ class Preset:
     n_threads: int = 0
     n_gpu_layers: int = 0  # layers offloaded to the local GPUs and the RPC servers together (-1 = all)
     # llama.cpp RPC servers ("host:port") that take the target's offloaded layers; the drafter stays local.
-    # Unauthenticated: private addresses only unless rpc_allow_public (pydflash/rpc.py)
+    # Unauthenticated: private addresses only unless rpc_allow_public (pydflash/rpc_endpoints.py)
     rpc: tuple[str, ...] = ()
     rpc_allow_public: bool = False
     draft_max: Optional[int] = None

@@ -69,9 +69,9 @@ class ModelUnavailable(Unavailable):
 
 def select(models: ServerModels, name: Optional[str], recent: Optional[str]) -> str:
     """The preset a request names. ``None``, ``""`` or ``"any"`` is ``recent`` (the most recently used model that
-    still serves, as the caller tracks it) or else the default; an unknown name is the one preset when there is only one (as llama-server), else
-    ``ModelNotFound``. Shared with
-    the Ray Serve ingress (``pydflash.serve``), whose replicas hold the models."""
+    still serves, as the caller tracks it) or else the default; an unknown name is the one preset when there is only
+    one (as llama-server), else ``ModelNotFound``. Shared with the Ray Serve ingress (``pydflash.server.ray``), whose
+    replicas hold the models."""
     if name is None or name == "any" or name == "":
         return recent if recent is not None else models.default
     if name in models.presets:

@@ -1,4 +1,4 @@
-"""``logprobs`` and ``echo`` in OpenAI's two formats, computed by the engine's Scorer on the loop thread.
+"""``logprobs`` and ``echo`` in OpenAI's two formats, computed by the engine's Scorer on the engine's thread.
 
 The text is generated first (greedy or sampled, with speculation as usual); then prompt + completion are scored
 in one pass. lm-evaluation-harness's loglikelihood requests (``echo=true, logprobs=N, max_tokens=1``) read the
@@ -12,14 +12,15 @@ from typing import Sequence
 from ..engine.scorer import TokenScore
 from . import ops
 from . import schemas as S
+from .engine_client import EngineClient
 
 
 class ScoreService:
-    def __init__(self, loop):
-        self.loop = loop  # loop.EngineLoop, or core_link.EngineLink
+    def __init__(self, engine: EngineClient):
+        self.engine = engine
 
     def _score(self, tokens: list[int], top_n: int):
-        return self.loop.call(ops.score, tokens, top_n)  # a scoring context of its own, made on first use
+        return self.engine.call(ops.score, tokens, top_n)  # a scoring context of its own, made on first use
 
     async def completion_logprobs(self, prompt: Sequence[int], completion: Sequence[int], top_n: int,
                                   echo: bool) -> S.CompletionLogprobs:

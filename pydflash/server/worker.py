@@ -3,11 +3,12 @@
     python -m pydflash.server.worker --preset '{"name": ...}' --uds /tmp/.../gemma.sock
 
 The router never loads a model, and neither does this process: its engine runs in an engine process of its own
-(``core.py``), so that a step's Python never waits on this process's GIL while the event loop writes streams. A
-native abort, an OOM kill or a SIGKILL there takes down this worker and its in-flight requests only. The routes
-below reach the engine only through ``core_link.EngineLink`` (submit / cancel / call). If the engine fails, its
-requests get the error, ``/health`` turns 503, and the worker exits shortly after so that the router respawns it.
-``PYDFLASH_ENGINE_PROCESS=0`` runs the engine on a thread of this process instead (as ``serve/resident.py`` does).
+(``engine_process.py``), so that a step's Python never waits on this process's GIL while the event loop writes
+streams. A native abort, an OOM kill or a SIGKILL there takes down this worker and its in-flight requests only. The
+routes below reach the engine only through an ``EngineClient`` (submit / cancel / call; ``engine_client.py``), here
+an ``EngineProcessClient``. If the engine fails, its requests get the error, ``/health`` turns 503, and the worker
+exits shortly after so that the router respawns it. ``PYDFLASH_ENGINE_PROCESS=0`` runs the engine on an
+``EngineThread`` of this process instead (as a Ray replica does, ``ray/inprocess_worker.py``).
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ from . import metrics  # noqa: F401  (first: prometheus_client must see the mult
 from . import chat, errors, ops, slots
 from . import schemas as S
 from ..errors import PydflashError
-from .core import EXIT_ENGINE_DEAD, EXIT_LOAD_FAILED, load_engine
-from .core_link import EngineExited, EngineLink
-from .generate import Generation
-from .loop import EngineInfo, EngineLoop
+from .completions import Completions
+from .engine_client import EngineClient, EngineInfo
+from .engine_process import EXIT_ENGINE_DEAD, EXIT_LOAD_FAILED, load_engine
+from .engine_process_client import EngineExited, EngineProcessClient
+from .engine_thread import EngineThread
 from .metrics import StepRecorder
 from .preset import Preset
 from .scoring import ScoreService
@@ -43,7 +45,7 @@ DEATH_GRACE_S = 1.0  # time for the failed requests' error events to reach their
 # the switch interval (Python's default: 5 ms, longer than a plain GPU step at 16 slots) before the loop is made to
 # let go; a shorter interval bounds that wait. On the H200 at 16 clients, 0.5 ms gave 4,605 tok/s at synthetic
 # length 8 and 3,954 plain, against 4,373 and 3,591 with 5 ms (docs/benchmarks.md). With an engine process the
-# interval only paces this process's event loop against the link's reader thread.
+# interval only paces this process's event loop against the engine client's reader thread.
 # PYDFLASH_SWITCH_INTERVAL_MS overrides it (0: Python's default).
 SWITCH_INTERVAL_MS = 0.5
 
@@ -53,31 +55,30 @@ def resolve_template(info: EngineInfo, preset: Preset) -> chat.ChatTemplate:
                         eos_token=info.eos_text)
 
 
-def create_worker_app(preset: Preset, link: Optional[EngineLink] = None) -> FastAPI:
-    """The worker's routes over ``link`` (an engine process), or without one over an engine loaded here and run
-    on a thread of this process."""
+def create_worker_app(preset: Preset, engine: Optional[EngineClient] = None) -> FastAPI:
+    """The worker's routes over ``engine`` (an engine process's client), or without one over an engine loaded here
+    and run on an ``EngineThread`` of this process."""
     recorder = StepRecorder(preset.name, preset.n_slots)
 
     def die(exc: BaseException) -> None:
         threading.Timer(DEATH_GRACE_S, os._exit, args=(EXIT_ENGINE_DEAD,)).start()
 
-    if link is None:
-        loop = EngineLoop(load_engine(preset), preset.max_queue, on_step=recorder.on_step, on_death=die)
-    else:
-        loop, link.on_step, link.on_death = link, recorder.on_step, die
-    info = loop.info
+    if engine is None:
+        engine = EngineThread(load_engine(preset), preset.max_queue)
+    engine.on_step, engine.on_death = recorder.on_step, die
+    info = engine.info
     template = resolve_template(info, preset)
-    gen = Generation(loop, preset.name, template, recorder, ScoreService(loop))
+    gen = Completions(engine, preset.name, template, recorder, ScoreService(engine))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
-        loop.start()
+        engine.start()
         yield
-        loop.stop()
+        engine.stop()
 
     app = FastAPI(title=f"pydflash worker {preset.name}", lifespan=lifespan)
     errors.install(app)
-    app.state.loop = loop
+    app.state.engine = engine
 
     @app.post("/v1/completions")
     async def completions(body: S.CompletionRequest, http: HTTPRequest):
@@ -89,21 +90,21 @@ def create_worker_app(preset: Preset, link: Optional[EngineLink] = None) -> Fast
 
     @app.post("/tokenize")
     async def tokenize(body: S.TokenizeRequest) -> S.TokenizeResponse:
-        return S.TokenizeResponse(tokens=await loop.call(ops.tokenize, body.content, body.add_special))
+        return S.TokenizeResponse(tokens=await engine.call(ops.tokenize, body.content, body.add_special))
 
     @app.post("/detokenize")
     async def detokenize(body: S.DetokenizeRequest) -> S.DetokenizeResponse:
-        return S.DetokenizeResponse(content=await loop.call(ops.detokenize_checked, list(body.tokens)))
+        return S.DetokenizeResponse(content=await engine.call(ops.detokenize_checked, list(body.tokens)))
 
     @app.post("/slots/{id_slot}")
     async def slot_action(id_slot: int, action: S.SlotAction, body: Optional[S.SlotActionRequest] = None):
-        return await slots.slot_action(loop, preset.slot_save_path, id_slot, action, body.filename if body else None)
+        return await slots.slot_action(engine, preset.slot_save_path, id_slot, action, body.filename if body else None)
 
     @app.get("/health")
     async def health():
-        if loop.dead is not None:
-            return JSONResponse({"status": "error", "error": str(loop.dead)}, status_code=503)
-        return {"status": "ok", "slots_busy": loop.n_busy, "queue": loop.n_waiting,
+        if engine.dead is not None:
+            return JSONResponse({"status": "error", "error": str(engine.dead)}, status_code=503)
+        return {"status": "ok", "slots_busy": engine.n_busy, "queue": engine.n_waiting,
                 "n_slots": preset.n_slots, "n_ctx_slot": preset.n_ctx_slot, "chat_template": template.name,
                 "drafter": info.drafter}
 
@@ -127,8 +128,8 @@ def main(argv=None) -> None:
         sys.setswitchinterval(interval_ms / 1000)
     preset = Preset.from_json(args.preset)
     try:
-        link = EngineLink(args.preset, args.log_level) if os.environ.get("PYDFLASH_ENGINE_PROCESS") != "0" else None
-        app = create_worker_app(preset, link)
+        in_process = os.environ.get("PYDFLASH_ENGINE_PROCESS") == "0"
+        app = create_worker_app(preset, None if in_process else EngineProcessClient(args.preset, args.log_level))
     except EngineExited as exc:  # a native abort while loading: its own last words are already on stderr
         log.error("%s", exc)
         raise SystemExit(1)

@@ -161,7 +161,8 @@ CONDITIONS = [
     # no earlier step used pays for loading them, which a drafting server meets at many shapes. The A/B for that:
     Condition("py-dflash-eager", "pydflash", "pydflash, shipped drafter, adaptive, CUDA_MODULE_LOADING=EAGER", (),
               "shipped", (("CUDA_MODULE_LOADING", "EAGER"),)),
-    # the engine on a thread of the worker, as before it had a process of its own (server/core.py): for the A/B
+    # the engine on a thread of the worker, as before it had a process of its own (server/engine_process.py):
+    # for the A/B
     *(Condition(f"{c}-thread", "pydflash", f"{label}, engine thread in the worker", args, drafter,
                 (("PYDFLASH_ENGINE_PROCESS", "0"),))
       for c, label, args, drafter in (("py-plain", "pydflash plain", ("--no-spec",), ""),

@@ -4,7 +4,7 @@
 One run measures three conditions side by side on one preset (the embedded Gemma-3-270M pair unless ``--tiny``):
 
 - ``direct``: ``pydflash-server --config models.toml`` (router + one worker process), the reference;
-- ``serve-1`` / ``serve-2``: ``pydflash.serve.ray`` on a local Ray instance with 1 and 2 engine replicas, each
+- ``serve-1`` / ``serve-2``: ``pydflash.server.ray.app`` on a local Ray instance with 1 and 2 engine replicas, each
   replica holding the preset (``--threads`` llama.cpp threads, the same number of Ray CPUs).
 
 For each condition and each concurrency C, C clients each send N streamed completions one after another
@@ -119,10 +119,10 @@ def run_direct(cfg: pathlib.Path, a: argparse.Namespace, log_dir: pathlib.Path) 
 def run_serve(cfg: pathlib.Path, replicas: int, a: argparse.Namespace, base: str) -> dict:
     from ray import serve
 
-    from pydflash.server.preset import load_models_toml
-    from pydflash.serve.ray import build
+    from pydflash.server.preset import ServerModels
+    from pydflash.server.ray.app import build
 
-    app = build(load_models_toml(cfg), max_models_per_replica=1,
+    app = build(ServerModels.from_toml(cfg), max_models_per_replica=1,
                 engine_options={"num_replicas": replicas, "ray_actor_options": {"num_cpus": a.threads}})
     serve.run(app, name="bench", route_prefix="/")
     try:

@@ -1,4 +1,4 @@
-"""pydflash on Ray Serve (``pydflash.serve.ray``): a local Ray instance, 2 engine replicas, 2 tiny presets.
+"""pydflash on Ray Serve (``pydflash.server.ray.app``): a local Ray instance, 2 engine replicas, 2 tiny presets.
 
 Clients talk to Serve's HTTP proxy on loopback (the real ``openai`` client and httpx, every call with a timeout).
 - greedy completions and chat through the Serve ingress equal those of ``pydflash-server`` on the same presets;
@@ -44,7 +44,7 @@ def models_toml(tiny, tmp_path_factory):
 def cluster(models_toml):
     """Serve's proxy on a free loopback port; engine replicas hold one model each, so a request routed to the
     wrong replica would evict and show up as a replica change."""
-    from pydflash.serve.ray import build
+    from pydflash.server.ray.app import build
     from pydflash.server.preset import ServerModels
 
     port = free_port()

@@ -1,4 +1,4 @@
-"""The worker's engine loop: a step's events reach their streams when the next step's target forward starts (the
+"""The worker's engine thread: a step's events reach their streams when the next step's target forward starts (the
 event loop then writes them while the engine thread waits on the device), in order and all of them."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from pydflash.config import EngineConfig
 from pydflash.engine.engine import Engine
 from pydflash.engine.request import Request
 from pydflash.pair import load_pair
-from pydflash.server import loop as loop_mod
+from pydflash.server.engine_client import ACCEPTED, EngineClient, Sink
+from pydflash.server.engine_thread import EngineThread
 
 
 def test_events_go_out_before_the_next_forward_and_all_of_them(tiny, monkeypatch):
@@ -32,24 +33,25 @@ def test_events_go_out_before_the_next_forward_and_all_of_them(tiny, monkeypatch
 
     monkeypatch.setattr(engine, "step", traced_step)
     deliveries = []  # (inside a step?, target forwards so far, events) per delivery
-    put_all = loop_mod.Sink.put_all
+    put_all = Sink.put_all
 
     def traced_put_all(items):
         deliveries.append((bool(in_step), engine.target_ctx.n_decodes, [item[1] for _, item in items]))
         put_all(items)
 
-    monkeypatch.setattr(loop_mod.Sink, "put_all", staticmethod(traced_put_all))
+    monkeypatch.setattr(Sink, "put_all", staticmethod(traced_put_all))
 
     async def main():
-        eloop = loop_mod.EngineLoop(engine)
-        sinks = {r.id: loop_mod.Sink() for r in reqs}
+        eloop = EngineThread(engine)
+        assert isinstance(eloop, EngineClient)  # what the worker's routes are written against
+        sinks = {r.id: Sink() for r in reqs}
         eloop.start()
         try:
             for r in reqs:
                 eloop.submit(r, sinks[r.id])
             got = {}
             for r in reqs:
-                assert (await sinks[r.id].get())[1] == loop_mod.ACCEPTED
+                assert (await sinks[r.id].get())[1] == ACCEPTED
                 toks = []
                 while True:
                     ev = (await asyncio.wait_for(sinks[r.id].get(), 30))[1]

@@ -1,7 +1,7 @@
-"""A worker's engine process: loads the preset's pair and runs its ``EngineLoop``, talking to the worker over one
-pipe (``core_link.py`` is the worker's end).
+"""A worker's engine process: loads the preset's pair and runs its ``EngineThread``, talking to the worker over one
+pipe (``engine_process_client.py`` is the worker's end).
 
-    python -m pydflash.server.core --preset '{"name": ...}' --fd N     (started by core_link.EngineLink)
+    python -m pydflash.server.engine_process --preset '{"name": ...}' --fd N    (started by EngineProcessClient)
 
 Why a process of its own: a step's Python between native calls (batch building, commits, rollbacks) and the
 worker's event loop (HTTP, the SSE frames of every stream) would otherwise share one GIL, and each wait for it
@@ -18,8 +18,8 @@ Messages, each a pickled tuple:
                        ("call", call id, ok, value | exception)
                        ("dead", message): the engine failed; the process exits next
 
-A step's events go out in one message with the loop's state. The process ends when the worker says stop, or when
-its end of the pipe closes (the worker died: nothing is left to answer to).
+A step's events go out in one message with the engine thread's state. The process ends when the worker says stop,
+or when its end of the pipe closes (the worker died: nothing is left to answer to).
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from multiprocessing.connection import Connection
 from typing import Any, Optional
 
 from ..errors import InvalidRequest, PydflashError
-from .loop import EngineLoop, LoopState
+from .engine_client import LoopState
+from .engine_thread import EngineThread
 from .preset import EMBEDDED, Preset
 
 log = logging.getLogger(__name__)
@@ -74,13 +75,13 @@ def portable(exc: BaseException) -> BaseException:
 
 
 class Outbox:
-    """The engine side of the pipe, and the loop's one sink: every reply names its request, and the worker routes
-    it. Written from the loop thread only (the lock guards the rare message from elsewhere)."""
+    """The engine side of the pipe, and the engine thread's one sink: every reply names its request, and the worker
+    routes it. Written from the engine thread only (the lock guards the rare message from elsewhere)."""
 
     def __init__(self, conn: Connection):
         self._conn = conn
         self._lock = threading.Lock()
-        self._pending: list[tuple] = []  # a step's replies, sent with the loop's state after it
+        self._pending: list[tuple] = []  # a step's replies, sent with the thread's state after it
         self._shown: Optional[tuple[int, int]] = None
 
     def send(self, msg: tuple, fallback: Optional[tuple] = None) -> None:
@@ -97,7 +98,7 @@ class Outbox:
             except OSError:  # the worker is gone: nobody is left to serve
                 os._exit(0)
 
-    # --- EngineLoop's sink and hooks ------------------------------------------------------------------------------
+    # --- EngineThread's sink and hooks ----------------------------------------------------------------------------
     def put(self, reply: tuple) -> None:
         """A reply outside a step (accepted, refused, the engine failed): at once, after any the step left."""
         rid, item = reply
@@ -137,7 +138,7 @@ class _CallReply:
         self.out.send(("call", self.call_id, ok, value), fallback=("call", self.call_id, False, unsent))
 
 
-def serve(conn: Connection, loop: EngineLoop, out: Outbox) -> None:
+def serve(conn: Connection, thread: EngineThread, out: Outbox) -> None:
     """Commands until the worker says stop or goes away."""
     while True:
         try:
@@ -146,11 +147,11 @@ def serve(conn: Connection, loop: EngineLoop, out: Outbox) -> None:
             os._exit(0)
         kind = msg[0]
         if kind == "submit":
-            loop.submit(msg[1], out)
+            thread.submit(msg[1], out)
         elif kind == "cancel":
-            loop.cancel(msg[1])
+            thread.cancel(msg[1])
         elif kind == "call":
-            loop.call_to(_CallReply(out, msg[1]), msg[2], *msg[3])
+            thread.call_to(_CallReply(out, msg[1]), msg[2], *msg[3])
         elif kind == "stop":
             return
         else:
@@ -177,14 +178,12 @@ def main(argv=None) -> None:
         conn.send(("load-error", str(exc)))
         raise SystemExit(EXIT_LOAD_FAILED)
     out = Outbox(conn)
-    loop = EngineLoop(engine, preset.max_queue, on_step=out.on_step, on_death=out.on_death, deliver=out.deliver,
-                      defer=False)
-    out.send(("ready", loop.info))
-    loop.start()
-    serve(conn, loop, out)
-    loop.stop()  # joins the loop thread: nothing touches the engine after this
-    engine.close()
-    engine.pair.close()
+    thread = EngineThread(engine, preset.max_queue, on_step=out.on_step, on_death=out.on_death,
+                          deliver=out.deliver, defer=False)
+    out.send(("ready", thread.info))
+    thread.start()
+    serve(conn, thread, out)
+    thread.close()
 
 
 if __name__ == "__main__":

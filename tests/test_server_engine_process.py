@@ -1,6 +1,7 @@
-"""A worker's engine process (server/core.py) through its link (server/core_link.py), without HTTP: outputs equal the
-same engine's in this process, errors cross the pipe typed, the state reaches the link with the last events, and an
-engine process that dies fails every waiter with EngineDead instead of leaving it hanging."""
+"""A worker's engine process (server/engine_process.py) through its client (server/engine_process_client.py),
+without HTTP: outputs equal the same engine's in this process, errors cross the pipe typed, the state reaches the
+client with the last events, and an engine process that dies fails every waiter with EngineDead instead of leaving it
+hanging."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from pydflash.engine.request import Event, Request
 from pydflash.errors import DecodeError, InvalidRequest, ModelLoadError, PydflashError
 from pydflash.pair import load_pair
 from pydflash.server import ops
-from pydflash.server.core import portable
-from pydflash.server.core_link import EngineLink
-from pydflash.server.loop import ACCEPTED, EngineDead, Sink
+from pydflash.server.engine_client import ACCEPTED, EngineClient, EngineDead, Sink
+from pydflash.server.engine_process import portable
+from pydflash.server.engine_process_client import EngineProcessClient
 from pydflash.server.preset import Preset
 
 
@@ -28,7 +29,7 @@ def _preset(p, **kw) -> Preset:
     return Preset(name="tiny", target=str(p.target), drafter=str(p.drafter), n_slots=2, n_ctx_slot=512, **kw)
 
 
-async def _run(link: EngineLink, reqs: list[Request]) -> dict[int, list[int]]:
+async def _run(link: EngineProcessClient, reqs: list[Request]) -> dict[int, list[int]]:
     sinks = {r.id: Sink() for r in reqs}
     for r in reqs:
         link.submit(r, sinks[r.id])
@@ -58,8 +59,9 @@ def test_the_engine_process_serves_as_the_engine_does(tiny):
         engine.close()
         engine.pair.close()
     steps = []
-    link = EngineLink(_preset(p).to_json(), on_step=lambda state, events: steps.append((state, events)))
+    link = EngineProcessClient(_preset(p).to_json(), on_step=lambda state, events: steps.append((state, events)))
     try:
+        assert isinstance(link, EngineClient)  # what the worker's routes are written against
         assert link.info.n_ctx_slot == 512 and link.info.drafter and link.info.n_slots == 2
         link.start()
 
@@ -82,7 +84,7 @@ def test_the_engine_process_serves_as_the_engine_does(tiny):
 def test_an_engine_process_that_dies_fails_every_waiter(tiny):
     p = tiny("gemma3")
     deaths = []
-    link = EngineLink(_preset(p).to_json(), on_death=deaths.append)
+    link = EngineProcessClient(_preset(p).to_json(), on_death=deaths.append)
     link.start()
 
     async def main():
@@ -116,7 +118,7 @@ def test_an_engine_process_that_dies_fails_every_waiter(tiny):
 def test_a_preset_that_cannot_load_is_a_load_error(tmp_path):
     bad = Preset(name="bad", target=str(tmp_path / "missing.gguf"), drafter="")
     with pytest.raises(ModelLoadError):
-        EngineLink(bad.to_json())
+        EngineProcessClient(bad.to_json())
 
 
 def test_an_error_that_does_not_pickle_crosses_as_its_kind_and_message():

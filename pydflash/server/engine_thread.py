@@ -1,24 +1,22 @@
-"""The engine loop: one thread owns the engine (and so every llama.cpp context).
+"""The engine thread: one thread owns the engine (and so every llama.cpp context); an ``EngineClient``.
 
 HTTP handlers never touch the engine. They send commands through a thread-safe queue and get replies on a
 ``Sink``, an asyncio queue fed from this thread with ``call_soon_threadsafe``:
 
-    handler --submit/cancel/call--> [command queue] --> loop thread: engine.submit / cancel / step
-    handler <--accepted/event/error-- Sink <-------------- loop thread
+    handler --submit/cancel/call--> [command queue] --> engine thread: engine.submit / cancel / step
+    handler <--accepted/event/error-- Sink <-------------- engine thread
 
-In ``pydflash-server`` the loop runs in an engine process of its own (``core.py``), whose sinks write to the
-worker through a pipe (``core_link.py``); in-process (``serve/resident.py``) its sinks are the handlers' own.
+In ``pydflash-server`` this thread runs inside an engine process of its own (``engine_process.py``), whose sinks
+write to the worker through a pipe (``engine_process_client.py``); in a Ray replica, or with
+``PYDFLASH_ENGINE_PROCESS=0``, it runs in the worker's own process and its sinks are the handlers' own.
 
-Replies are ``(request id, item)``. A submit is answered first with ``ACCEPTED`` or an error (validation, context overflow, a full queue), so a
-handler can still answer 4xx before it sends any stream byte. While the engine has work the thread steps it and
-only polls the command queue between steps; while idle it blocks on the queue. An exception out of ``step()`` is
-an engine failure: every waiting request gets the error, the loop marks itself dead (``/health`` turns 503) and
-the worker exits so that the router respawns it.
+While the engine has work the thread steps it and only polls the command queue between steps; while idle it
+blocks on the queue. An exception out of ``step()`` is an engine failure: every waiting request gets the error, the
+thread marks the engine dead (``/health`` turns 503) and the worker exits so that the router respawns it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import queue
 import threading
@@ -29,110 +27,9 @@ from typing import Any, Callable, Optional, Sequence
 from ..engine.engine import Engine
 from ..engine.request import Event, Request
 from ..errors import PydflashError
-from .errors import Overloaded, Unavailable
+from .engine_client import ACCEPTED, EngineDead, EngineInfo, LoopState, QueueFull, Sink
 
 log = logging.getLogger(__name__)
-
-ACCEPTED = "accepted"
-
-
-class QueueFull(Overloaded):
-    """More requests wait than the worker's queue limit allows."""
-
-
-class EngineDead(Unavailable):
-    """The engine failed; this worker serves nothing more until it is respawned."""
-
-
-class Sink:
-    """Where the loop thread delivers one HTTP call's replies; read with ``await sink.get()`` on the event loop."""
-
-    def __init__(self):
-        self._aloop = asyncio.get_running_loop()
-        self._q: asyncio.Queue = asyncio.Queue()
-
-    def put(self, item: Any) -> None:  # called from the loop thread
-        self._aloop.call_soon_threadsafe(self._q.put_nowait, item)
-
-    async def get(self) -> Any:
-        return await self._q.get()
-
-    @staticmethod
-    def put_all(items: list[tuple["Sink", Any]]) -> None:
-        """Deliver a step's replies with one wake-up of the event loop, not one per request: each wake-up is a
-        write to the loop's self-pipe and a turn for the GIL, which at 16 streams costs the engine thread."""
-        by_loop: dict = {}
-        for sink, item in items:
-            by_loop.setdefault(sink._aloop, []).append((sink._q, item))
-        for aloop, puts in by_loop.items():
-            aloop.call_soon_threadsafe(_put_nowait_all, puts)
-
-
-def _put_nowait_all(puts: list) -> None:
-    for q, item in puts:
-        q.put_nowait(item)
-
-
-@dataclass(frozen=True)
-class EngineInfo:
-    """What the HTTP side may know of an engine without asking its loop: sizes fixed at load, and the GGUF's chat
-    template source (resolved on the HTTP side, chat.resolve)."""
-
-    n_slots: int
-    n_ctx_slot: int
-    block_size: int
-    n_vocab: int
-    drafter: bool
-    arch: str
-    chat_template: Optional[str]  # the GGUF's tokenizer.chat_template
-    bos_text: str
-    eos_text: str
-    # the most prompt bytes one token can cover (0: no such bound for this tokenizer); see prompt_bytes_limit
-    max_token_bytes: int = 0
-
-    @classmethod
-    def of(cls, engine: Engine) -> "EngineInfo":
-        from ..compat.gguf_meta import read_metadata
-
-        model = engine.model
-        meta = read_metadata(model.path)
-        piece = lambda t: model.token_to_piece(t, special=True).decode("utf-8", "replace")  # noqa: E731
-        return cls(engine.config.n_slots, engine.config.n_ctx_slot, engine.block_size, model.n_vocab,
-                   engine.drafter is not None, model.arch, meta.get("tokenizer.chat_template"),
-                   piece(model.bos), piece(model.eos), max_token_bytes(model, meta.get("tokenizer.ggml.model")))
-
-    def prompt_bytes_limit(self) -> Optional[int]:
-        """The most UTF-8 bytes a prompt may have and still fit the slot, or None when unknown. A prompt with more
-        needs over n_ctx_slot tokens whatever it says, so it can be refused without tokenizing it: tokenizing
-        runs on the engine's thread (~1 s per MB on a CPU), where it would stall every running stream."""
-        return self.n_ctx_slot * self.max_token_bytes if self.max_token_bytes > 0 else None
-
-
-# Tokenizers whose vocabulary texts are at least as long as the input bytes they match: SentencePiece (a space
-# is stored as the 3-byte U+2581, a byte-fallback token as "<0xNN>") and byte-level BPE (each input byte is stored
-# as a 1- or 2-byte character). WordPiece and Unigram normalize (drop whitespace, strip accents), so a token can
-# stand for more bytes than its text: no bound there.
-_BOUNDED_TOKENIZERS = {"llama", "gpt2"}
-
-
-def max_token_bytes(model, tokenizer: Optional[str]) -> int:
-    """The longest vocabulary text in bytes (an upper bound on the input bytes one token covers), or 0 when this
-    tokenizer gives no such bound. One pass over the vocabulary at load (0.7 s for Gemma-3's 262k tokens on a loaded
-    2-core CPU; the longest is 48 bytes, so a 4096-token slot refuses prompts over 192 KiB untokenized)."""
-    if tokenizer not in _BOUNDED_TOKENIZERS:
-        return 0
-    return max((len(model.token_text(t)) for t in range(model.n_vocab)), default=0)
-
-
-@dataclass(frozen=True)
-class LoopState:
-    """What the loop reports after each step (and when idle) for the metrics: the queue and the busy slots, and
-    the prompt cache's counts when they were read this time (None otherwise)."""
-
-    n_waiting: int
-    n_busy: int
-    cache: Optional[dict] = None
-
 
 CACHE_READ_EVERY_S = 0.25  # prompt-cache metrics are read this often while steps run, and when a request ends
 
@@ -155,12 +52,12 @@ class _Call:
     sink: Sink
 
 
-class EngineLoop:
+class EngineThread:
     """``deliver(items)`` sends a step's replies, ``[(sink, (request id, event))]`` (default: ``Sink.put_all``).
     ``defer``: hold them until the next step's target forward starts (or no step follows), so that an event loop
     sharing this process's GIL writes the streams while this thread waits on the device, not while it runs Python
     between native calls. On the H200 at 16 streams that alone did not change the step's host part measurably
-    (docs/benchmarks.md); an engine process (core.py) has no such neighbour and sends at once."""
+    (docs/benchmarks.md); an engine process (engine_process.py) has no such neighbour and sends at once."""
 
     def __init__(self, engine: Engine, max_queue: int = 64,
                  on_step: Optional[Callable[[LoopState, list], None]] = None,
@@ -191,6 +88,12 @@ class EngineLoop:
         self._stop = True
         self._cmds.put(None)
         self._thread.join(timeout=10)
+
+    def close(self) -> None:
+        """Stop the thread, then free the engine and its pair; nothing touches them afterwards."""
+        self.stop()  # joins the thread first: a step never runs on freed contexts
+        self.engine.close()
+        self.engine.pair.close()
 
     # --- called from the event loop -------------------------------------------------------------------------------
     def submit(self, req: Request, sink: Sink) -> None:

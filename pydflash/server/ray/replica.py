@@ -19,24 +19,26 @@ from typing import AsyncIterator, Union
 
 from ray import serve
 
-from ..errors import PydflashError
-from ..server.errors import envelope, to_api_error
-from ..server.preset import ServerModels
-from ..server.router import ModelNotFound, ModelUnavailable
+from ...errors import PydflashError
+from ..errors import envelope, to_api_error
+from ..preset import ServerModels
+from ..router import ModelNotFound, ModelUnavailable
 from . import asgi
-from .resident import ResidentModel, Retired
+from .inprocess_worker import InProcessWorker, Retired
 
 log = logging.getLogger(__name__)
 LOAD_FAILED_RETRY_S = 10  # as the router's Retry-After for a preset that failed to load
 
 
-class EngineReplica:
+class Replica:
+    """One engine replica: its presets (``InProcessWorker``s, loaded on demand) behind ``forward``."""
+
     async def __init__(self, models: ServerModels, max_models: int, preload: bool = True):
         self.models = models
         self.replica = serve.get_replica_context().replica_id.to_full_id_str()  # its actor's name (namespace "serve")
 
-        async def load(name: str) -> ResidentModel:
-            return await ResidentModel.load(models.presets[name])
+        async def load(name: str) -> InProcessWorker:
+            return await InProcessWorker.load(models.presets[name])
 
         # wrapped here, not as a decorator on the class, since N comes from the application's arguments
         self.model = serve.multiplexed(max_num_models_per_replica=max_models)(load)
@@ -81,7 +83,7 @@ class EngineReplica:
                 if attempt == 2:
                     raise ModelUnavailable(f"model {name!r} was evicted twice before it started; retry")
 
-    async def _model(self, name: str) -> ResidentModel:
+    async def _model(self, name: str) -> InProcessWorker:
         if name not in self.models.presets:  # the ingress resolves names first; this is defence, not routing
             raise ModelNotFound(f"model {name!r} not found; GET /v1/models lists the served models")
         try:

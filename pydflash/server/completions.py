@@ -1,9 +1,9 @@
-"""OpenAI completions and chat completions over one engine loop (the worker side of the server).
+"""OpenAI completions and chat completions over one engine (the worker side of the server).
 
-A handler turns the validated body into engine ``Request``s, submits them to the loop and waits for each to be
+A handler turns the validated body into engine ``Request``s, submits them to the engine and waits for each to be
 accepted, so every bad input (an out-of-vocabulary id, a prompt that does not fit) is a 4xx before any stream
 byte. Then it either collects the events into one response or streams them as SSE chunks. A client that goes away
-cancels its requests at once, which frees their slots on the loop's next turn.
+cancels its requests at once, which frees their slots on the engine's next turn.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from typing import AsyncIterator, Optional, Sequence
 from sse_starlette.sse import EventSourceResponse
 from starlette.requests import Request as HTTPRequest
 
-from ..engine.request import Event, Request, Result
-from ..errors import ContextOverflow, InvalidRequest, PydflashError
+from ..engine.request import Request, Result
+from ..errors import ContextOverflow, InvalidRequest
 from . import ops
 from . import schemas as S
 from .chat import ChatTemplate
 from .errors import envelope, to_api_error
-from .loop import ACCEPTED, Sink
+from .engine_client import ACCEPTED, EngineClient, Sink
 from .metrics import REQUESTS, StepRecorder
 from .scoring import ScoreService
 
@@ -58,10 +58,10 @@ class Call:
         return next(i for i, r in enumerate(self.reqs) if r.id == request_id)
 
 
-class Generation:
-    def __init__(self, loop, model: str, template: ChatTemplate, recorder: StepRecorder,
+class Completions:
+    def __init__(self, engine: EngineClient, model: str, template: ChatTemplate, recorder: StepRecorder,
                  scorer: ScoreService):
-        self.loop = loop
+        self.engine = engine
         self.model = model
         self.template = template
         self.recorder = recorder
@@ -101,7 +101,7 @@ class Generation:
         text = self.template.render(body.template_messages(), add_generation_prompt=True)
         add_special = not self.template.emits_bos
         self._check_prompt_bytes(text)
-        tokens = await self.loop.call(ops.tokenize, text, add_special, True)
+        tokens = await self.engine.call(ops.tokenize, text, add_special, True)
         if not tokens:
             raise InvalidRequest("the rendered chat prompt is empty")
         call = Call("chat", self.model, [self._request(tokens, body)], [tokens], id="chatcmpl-" + uuid.uuid4().hex)
@@ -128,7 +128,7 @@ class Generation:
         for p in prompts:
             if isinstance(p, str):
                 self._check_prompt_bytes(p)
-                toks = await self.loop.call(ops.tokenize, p, True)
+                toks = await self.engine.call(ops.tokenize, p, True)
             else:
                 toks = list(p)
             if not toks:
@@ -139,12 +139,12 @@ class Generation:
     def _check_prompt_bytes(self, text: str) -> None:
         """Refuse a prompt too long in bytes to fit the slot in any tokenization, here, before it is tokenized on
         the engine's thread (where a megabytes-long prompt would stall every stream for seconds)."""
-        limit = self.loop.info.prompt_bytes_limit()
+        limit = self.engine.info.prompt_bytes_limit()
         if limit is None or len(text) * 4 <= limit:  # at most 4 bytes per character: no encoding needed
             return
         n = len(text.encode("utf-8", "surrogatepass"))
         if n > limit:
-            info = self.loop.info
+            info = self.engine.info
             raise ContextOverflow(
                 f"the prompt has {n} bytes; a token covers at most {info.max_token_bytes} bytes of this vocabulary, "
                 f"so it needs more tokens than the slot context ({info.n_ctx_slot})")
@@ -154,8 +154,8 @@ class Generation:
         spec = body.speculative
         if spec is not None:
             draft_max = 0 if not spec.enabled else spec.n_max
-        kw = dict(max_tokens=self._max_tokens(body, len(tokens)), stop=list(body.stop), temperature=body.temperature, top_k=body.top_k or 0,
-                  top_p=body.top_p, seed=body.seed, sampling_mode=body.sampling_mode, draft_max=draft_max,
+        kw = dict(max_tokens=self._max_tokens(body, len(tokens)), stop=list(body.stop), temperature=body.temperature,
+                  top_k=body.top_k or 0, top_p=body.top_p, seed=body.seed, sampling_mode=body.sampling_mode, draft_max=draft_max,
                   ignore_eos=body.ignore_eos)
         if "cache_prompt" in Request.__dataclass_fields__:
             kw["cache_prompt"] = body.cache_prompt
@@ -169,7 +169,7 @@ class Generation:
         n = body.max_tokens  # the schema fills OpenAI's default for completions; None for chat
         if n is not None:
             return n
-        info = self.loop.info  # sizes fixed at load: the loop owns everything else
+        info = self.engine.info  # sizes fixed at load: the engine owns everything else
         return max(1, info.n_ctx_slot - n_prompt - info.block_size)
 
     async def _start(self, call: Call) -> None:
@@ -177,7 +177,7 @@ class Generation:
         now = time.monotonic()
         for r in call.reqs:
             self.recorder.started[r.id] = now
-            self.loop.submit(r, call.sink)
+            self.engine.submit(r, call.sink)
         pending = {r.id for r in call.reqs}
         error: Optional[BaseException] = None
         while pending:
@@ -197,7 +197,7 @@ class Generation:
     def _cancel(self, call: Call) -> None:
         for r in call.reqs:
             if r.id not in call.results:
-                self.loop.cancel(r.id)
+                self.engine.cancel(r.id)
             self.recorder.forget(r.id)
 
     async def _next(self, call: Call, http: HTTPRequest):
@@ -279,7 +279,7 @@ class Generation:
 
     # --- response parts -------------------------------------------------------------------------------------------
     async def _echo_texts(self, call: Call) -> list[str]:
-        return [await self.loop.call(ops.detokenize, p) for p in call.prompts]
+        return [await self.engine.call(ops.detokenize, p) for p in call.prompts]
 
     def _usage(self, call: Call) -> S.Usage:
         prompt = sum(len(p) for p in call.prompts)

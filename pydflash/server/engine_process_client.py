@@ -1,8 +1,8 @@
-"""The worker's end of its engine process (``core.py``): the interface of ``loop.EngineLoop`` over a pipe.
+"""The worker's end of its engine process (``engine_process.py``): an ``EngineClient`` over a pipe.
 
-    link = EngineLink(preset_json)           # starts the engine process and waits until it has loaded
-    link.submit(req, sink) / link.cancel(id) / await link.call(ops.tokenize, text, True)
-    link.info, link.n_busy, link.n_waiting, link.dead
+    engine = EngineProcessClient(preset_json)   # starts the engine process and waits until it has loaded
+    engine.submit(req, sink) / engine.cancel(id) / await engine.call(ops.score, tokens, top_n)
+    engine.info, engine.n_busy, engine.n_waiting, engine.dead
 
 Replies come back on a reader thread, which hands each step's to the event loop in one wake-up (``Sink.put_all``)
 and feeds the metrics (``on_step``). If the engine process ends unasked (its engine failed, a native abort, a kill),
@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 
 from ..engine.request import Event, Request
 from ..errors import ModelLoadError, PydflashError
-from .loop import EngineDead, EngineInfo, LoopState, Sink
+from .engine_client import EngineDead, EngineInfo, LoopState, Sink
 
 log = logging.getLogger(__name__)
 STOP_WAIT_S = 10.0
@@ -43,7 +43,7 @@ def describe_status(code: int) -> str:
     return f"status {code}"
 
 
-class EngineLink:
+class EngineProcessClient:
     def __init__(self, preset_json: str, log_level: str = "warning",
                  on_step: Optional[Callable[[LoopState, list], None]] = None,
                  on_death: Optional[Callable[[BaseException], None]] = None):
@@ -58,8 +58,8 @@ class EngineLink:
         self._stopping = False
         ours, theirs = socket.socketpair()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pydflash.server.core", "--preset", preset_json, "--fd", str(theirs.fileno()),
-             "--log-level", log_level],
+            [sys.executable, "-m", "pydflash.server.engine_process", "--preset", preset_json,
+             "--fd", str(theirs.fileno()), "--log-level", log_level],
             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
         theirs.close()
         self._conn = Connection(ours.detach())

@@ -21,10 +21,10 @@ from ray.exceptions import RayActorError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError, ReplicaUnavailableError
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
-from ..server.app import RELAYED_HEADERS, create_app
-from ..server.errors import Overloaded, ServerError, Unavailable, envelope, log_safe, to_api_error
-from ..server.preset import ServerModels
-from ..server.router import ModelUnavailable, select
+from ..app import RELAYED_HEADERS, create_app
+from ..errors import Overloaded, ServerError, Unavailable, envelope, log_safe, to_api_error
+from ..preset import ServerModels
+from ..router import ModelUnavailable, select
 
 log = logging.getLogger(__name__)
 REPLICA_HEADER = "X-Pydflash-Replica"

@@ -1,8 +1,8 @@
 """One preset loaded in this process: the worker app of ``pydflash-server`` (``create_worker_app``), called in-process.
 
-A Serve replica keeps a few of these (``serve.multiplexed``). Each owns its engine through the same ``EngineLoop``
-thread the worker process uses, so the HTTP code here never calls llama.cpp: requests go through the worker's
-routes (``asgi.call``), and only the loop thread touches the engine.
+A Serve replica keeps a few of these (``serve.multiplexed``). Each owns its engine through an ``EngineThread``, as
+a worker process does with ``PYDFLASH_ENGINE_PROCESS=0``, so the HTTP code here never calls llama.cpp: requests go
+through the worker's routes (``asgi.call``), and only the engine's thread touches the engine.
 
 Serve evicts the least recently used model by calling its ``__del__`` (from a thread), even while requests still
 stream from it. Those requests finish: eviction only *retires* the model (no new requests take it) and the engine
@@ -16,8 +16,8 @@ import logging
 import threading
 from typing import AsyncIterator, Union
 
-from ..server.preset import Preset
-from ..server.worker import create_worker_app
+from ..preset import Preset
+from ..worker import create_worker_app
 from . import asgi
 
 log = logging.getLogger(__name__)
@@ -27,21 +27,23 @@ class Retired(Exception):
     """The model was evicted between its lookup and its use; look it up again."""
 
 
-class ResidentModel:
+class InProcessWorker:
+    """The worker app of one preset, and the ``EngineThread`` under it, in this process."""
+
     def __init__(self, preset: Preset, app):
         self.preset = preset
         self.app = app
-        self.loop = app.state.loop  # the worker's EngineLoop: started here, as the worker's lifespan does
+        self.engine = app.state.engine  # the worker's EngineThread: started here, as the worker's lifespan does
         self._lock = threading.Lock()  # Serve calls __del__ from an executor thread
         self._inflight = 0
         self._retired = False
         self._closed = False
 
     @classmethod
-    async def load(cls, preset: Preset) -> "ResidentModel":
+    async def load(cls, preset: Preset) -> "InProcessWorker":
         app = await asyncio.to_thread(create_worker_app, preset)  # loading blocks for seconds: not on the event loop
         model = cls(preset, app)
-        model.loop.start()
+        model.engine.start()
         log.info("model %s loaded", preset.name)
         return model
 
@@ -74,8 +76,5 @@ class ResidentModel:
             if self._closed:
                 return
             self._closed = True
-        self.loop.stop()  # joins the loop thread: nothing touches the engine after this
-        engine = self.loop.engine
-        engine.close()
-        engine.pair.close()
+        self.engine.close()
         log.info("model %s unloaded", self.preset.name)

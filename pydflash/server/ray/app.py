@@ -1,7 +1,7 @@
 """pydflash on Ray Serve: the application (ingress + engine deployment) and its builder.
 
-    serve run pydflash.serve.ray:app config=models.toml max_models_per_replica=2
-    serve run serve_config.yaml          # import_path: pydflash.serve.ray:app (sample in docs/scale-out.md)
+    serve run pydflash.server.ray.app:app config=models.toml max_models_per_replica=2
+    serve run serve_config.yaml          # import_path: pydflash.server.ray.app:app (sample in docs/scale-out.md)
 
 ``app`` is a Serve application builder: its arguments (``AppArgs``) come from ``serve run`` or from the config's
 ``args``. Replica counts, autoscaling bounds and ``num_gpus`` per replica are Serve's own deployment options: set
@@ -18,10 +18,10 @@ from pydantic import BaseModel, Field
 from ray import serve
 from ray.serve import Application
 
-from ..server.app import MAX_BODY_BYTES
-from ..server.preset import ServerModels
-from .engine import EngineReplica
+from ..app import MAX_BODY_BYTES
+from ..preset import ServerModels
 from .ingress import Ingress
+from .replica import Replica
 
 INGRESS = "PydflashIngress"
 ENGINE = "PydflashEngine"
@@ -30,7 +30,7 @@ INGRESS_OPTIONS = {"num_replicas": 1, "max_ongoing_requests": 1024, "ray_actor_o
 
 
 class AppArgs(BaseModel):
-    """Arguments of ``pydflash.serve.ray:app`` (``serve run ... key=value`` or the Serve config's ``args``)."""
+    """Arguments of ``pydflash.server.ray.app:app`` (``serve run ... key=value`` or the Serve config's ``args``)."""
 
     config: Optional[str] = Field(None, description="models.toml with named presets (default: pydflash-server's "
                                                     "embedded default pair)")
@@ -55,7 +55,7 @@ def build(models: ServerModels, max_models_per_replica: int = 2, api_key: Option
     """The application over ``models``: one ingress (the pydflash-server app) in front of the engine deployment."""
     if max_models_per_replica < 1:
         raise ValueError("max_models_per_replica must be >= 1")
-    engine = serve.deployment(EngineReplica, name=ENGINE, **_engine_defaults(models)).options(
+    engine = serve.deployment(Replica, name=ENGINE, **_engine_defaults(models)).options(
         **(engine_options or {}))
     ingress = serve.deployment(serve.ingress()(Ingress), name=INGRESS, **INGRESS_OPTIONS).options(
         **(ingress_options or {}))
