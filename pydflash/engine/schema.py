@@ -6,6 +6,10 @@ Supported: what that converter supports (types, properties / required / addition
 string formats and patterns, min/max lengths), which covers OpenAI's strict-mode subset. Anything it refuses
 (an unknown type, ``not``, a remote ``$ref``, a schema that is not an object) is an ``InvalidRequest`` naming
 ``json_schema``. As in llama.cpp, properties come out in the schema's order and optional ones may be left out.
+
+One fix on the converter's output: its string character rule (``[^"\\]``) admits raw control characters, which
+JSON forbids inside strings (a model writing a tab would produce text no JSON parser reads); llama.cpp's own
+converter excludes them, and so does the rule here.
 """
 
 from __future__ import annotations
@@ -28,7 +32,16 @@ def to_gbnf(schema: Union[Mapping, str]) -> str:
     from llama_cpp.llama_grammar import json_schema_to_gbnf
 
     try:
-        return json_schema_to_gbnf(json.dumps(schema))
+        return _strict_strings(json_schema_to_gbnf(json.dumps(schema)))
     except (AssertionError, KeyError, ValueError, TypeError, AttributeError, IndexError, RecursionError) as exc:
         # the converter states what it cannot convert with bare asserts and lookups
         raise InvalidRequest(f"json_schema: not supported ({exc or type(exc).__name__})") from None
+
+
+_LOOSE_CHAR = 'char ::= [^"\\\\] |'
+_STRICT_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F] |'
+
+
+def _strict_strings(gbnf: str) -> str:
+    return "\n".join(_STRICT_CHAR + line[len(_LOOSE_CHAR):] if line.startswith(_LOOSE_CHAR) else line
+                     for line in gbnf.split("\n"))
