@@ -7,7 +7,7 @@ earlier in the block. A ``Point`` is that state (the penalty window, the grammar
 draft path keeps one per block position, so verify row i is judged at the same point draft i + 1 was drawn at:
 - greedy (temperature 0): draft i + 1 is the argmax of the drafter's transformed row i; the target's pick at row
   i is the argmax of its transformed row; drafts are accepted while they equal the picks. A grammar is asked
-  about the argmax first and masks the whole row only when it refuses a few in a row (``PICK_TRIES``);
+  about the argmax first and masks the whole row only when it refuses the likeliest ``PICK_TOP`` tokens;
 - sample-and-match (``sampling_mode="match"``): drafts as greedy; the target's pick is a sample of p_i;
 - rejection: draft i + 1 is a sample of q_i (the drafter's transformed row under top-k/top-p/min-p/temperature),
   accepted with probability min(1, p_i(x) / q_i(x)); a rejection commits a sample of norm(max(0, p_i - q_i)),
@@ -27,7 +27,7 @@ from ..native.grammar import Grammar
 from . import controls, rejection
 from .request import Request
 
-PICK_TRIES = 8  # grammar refusals of the next-likeliest token before the whole row is masked
+PICK_TOP = 256  # tokens asked about at once when the grammar refuses the argmax (``HostSampler._pick``)
 
 
 @dataclass
@@ -77,13 +77,20 @@ class HostSampler:
         return z
 
     def _pick(self, z: np.ndarray, at: Point) -> Optional[int]:
-        """The argmax of the transformed row among the tokens the grammar allows; None: no token is left."""
+        """The argmax of the transformed row among the tokens the grammar allows; None: no token is left. The
+        grammar is asked about the argmax, then about the next PICK_TOP tokens in one call, and masks the whole
+        row only if it refuses all of them (~20 ms over Gemma's 262k tokens on a CPU core)."""
         z = self._transform(z, at, mask=False)
-        for _ in range(PICK_TRIES):
-            t = controls.argmax(z)
-            if t is None or at.grammar is None or at.grammar.allows(t):
-                return t
-            z[t] = -np.inf
+        t = controls.argmax(z)
+        if t is None or at.grammar is None or at.grammar.allows(t):
+            return t
+        top = np.flatnonzero(z > -np.inf)  # (argpartition over a row of many equal -inf was ~20 ms)
+        if len(top) > PICK_TOP:
+            top = top[np.argpartition(z[top], -PICK_TOP)[-PICK_TOP:]]
+        top = top[np.argsort(-z[top], kind="stable")]
+        ok = np.flatnonzero(at.grammar.allowed(top.astype(np.int32)))
+        if len(ok):
+            return int(top[ok[0]])
         at.grammar.mask(z)
         return controls.argmax(z)
 

@@ -50,6 +50,13 @@ class Grammar:
         self._apply(self._one)
         return bool(self._one["logit"][0] > -np.inf)
 
+    def allowed(self, ids: np.ndarray) -> np.ndarray:
+        """Which of these tokens may come next ([n] bool), in one call."""
+        cand = np.zeros(len(ids), dtype=TOKEN_DATA)
+        cand["id"] = ids
+        self._apply(cand)
+        return cand["logit"] > -np.inf
+
     def mask(self, z: np.ndarray) -> None:
         """Set z[t] = -inf for every finite token t the grammar forbids here (in place; z: [V] float32). Tokens
         already at -inf (banned, outside a reduced head) are not asked about: that is most of a drafter's row."""
