@@ -151,3 +151,26 @@ def test_gemma_acceptance_with_and_without_a_constraint(gemma):
         print(f"\n{name}: acceptance {rows[name][0]:.3f}, tokens per step {rows[name][1]:.2f} "
               f"({accepted}/{drafted} drafts, {tokens} tokens)")
     assert rows["json_schema"][0] > 0
+
+
+def _cli(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "pydflash.cli.speculative", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_cli_json_schema_and_bad_control_flags(tiny, tmp_path):
+    p = tiny("llama")
+    schema = tmp_path / "s.json"
+    schema.write_text(json.dumps(SCHEMA))
+    r = _cli("-m", str(p.target), "-md", str(p.drafter), "-p", "x", "-n", "200", "--json-schema-file", str(schema),
+             "--repeat-penalty", "1.2", "-l", "5-inf", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert set(SCHEMA["required"]) <= set(json.loads(out["text"]))
+    for bad in (["-l", "5x"], ["--min-p", "3"], ["--grammar", "root ::= nope"], ["--json-schema", '{"type": "zz"}'],
+                ["-l", "99999-inf"]):
+        r = _cli("-m", str(p.target), "-p", "x", "-n", "4", *bad)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (bad, r.stderr)

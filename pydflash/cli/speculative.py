@@ -44,6 +44,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sampling-mode", choices=("rejection", "match"), default="rejection",
                    help="with --temp > 0: rejection sampling with the drafter's probabilities (default), or "
                         "sample-and-match (drafts are the drafter's argmax, kept iff equal to the target's sample)")
+    ctl = p.add_argument_group("sampling controls (applied to the target and the drafter alike)")
+    ctl.add_argument("--min-p", metavar="P", type=float, default=0.0, help="min-p sampling (0 = off)")
+    ctl.add_argument("--presence-penalty", metavar="X", type=float, default=0.0, help="OpenAI's, in [-2, 2]")
+    ctl.add_argument("--frequency-penalty", metavar="X", type=float, default=0.0, help="OpenAI's, in [-2, 2]")
+    ctl.add_argument("--repeat-penalty", metavar="X", type=float, default=1.0, help="llama.cpp's (1 = off)")
+    ctl.add_argument("--repeat-last-n", metavar="N", type=int, default=64,
+                     help="the penalties' window over prompt + output (-1 = all, 0 = off)")
+    ctl.add_argument("-l", "--logit-bias", metavar="TOKEN(+|-)BIAS", action="append", default=[],
+                     help="e.g. 15043+1 or 15043-inf (a bias <= -100 bans the token); repeatable")
+    grammar = ctl.add_mutually_exclusive_group()
+    grammar.add_argument("--grammar", metavar="GBNF", help="constrain the output to a GBNF grammar")
+    grammar.add_argument("--grammar-file", metavar="FILE", help="read the GBNF grammar from a file")
+    grammar.add_argument("-j", "--json-schema", metavar="SCHEMA", help="constrain the output to a JSON schema")
+    grammar.add_argument("--json-schema-file", metavar="FILE", help="read the JSON schema from a file")
     p.add_argument("--draft-max", metavar="K", type=int, default=None,
                    help="most drafts per step (default: trained block - 1); a fixed block with --no-draft-adaptive")
     # None = not given: adaptive, except under --spec-synth-len, whose forced acceptance assumes a fixed block.
@@ -91,6 +105,39 @@ def _read_prompt(args) -> str:
     return args.prompt if args.prompt is not None else DEFAULT_PROMPT
 
 
+def _parse_bias(items: list[str]) -> dict[int, float] | None:
+    """llama.cpp's -l TOKEN(+|-)BIAS form."""
+    out = {}
+    for item in items:
+        cut = max(item.rfind("+"), item.rfind("-"))
+        try:
+            if cut <= 0:
+                raise ValueError
+            out[int(item[:cut])] = float(item[cut:])
+        except ValueError:
+            raise BadInput(f"--logit-bias {item!r}: expected TOKEN_ID+BIAS or TOKEN_ID-BIAS (e.g. 15043-inf)") from None
+    return out or None
+
+
+def _read_text(path: str, flag: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"{flag}: cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _controls(args) -> dict:
+    """The Request fields of the sampling-control flags."""
+    grammar = args.grammar if args.grammar is not None else (
+        _read_text(args.grammar_file, "--grammar-file") if args.grammar_file else None)
+    schema = args.json_schema if args.json_schema is not None else (
+        _read_text(args.json_schema_file, "--json-schema-file") if args.json_schema_file else None)
+    return dict(min_p=args.min_p, presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty,
+                repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
+                logit_bias=_parse_bias(args.logit_bias), grammar=grammar, json_schema=schema)
+
+
 def run(args) -> int:
     from ..config import EngineConfig
     from ..engine.request import Request
@@ -102,7 +149,7 @@ def run(args) -> int:
     to_context_end = _check_n_predict(args.n_predict)
     # with -n -1 the count is known once the prompt is tokenized (below); 1 stands in for the checks before that
     sampling = dict(max_tokens=1 if to_context_end else args.n_predict, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
-                    seed=args.seed, sampling_mode=args.sampling_mode)
+                    seed=args.seed, sampling_mode=args.sampling_mode, **_controls(args))
     Request(prompt, **sampling)
     adaptive = args.draft_adaptive if args.draft_adaptive is not None else args.spec_synth_len is None
     cfg = EngineConfig(

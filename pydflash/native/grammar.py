@@ -7,7 +7,11 @@ Never accept a token the grammar forbids: llama.cpp throws a C++ exception there
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import os
+import sys
+import tempfile
 
 import numpy as np
 
@@ -32,10 +36,11 @@ class Grammar:
         """The start state of a GBNF text (root rule ``root``); InvalidRequest naming ``field`` if llama.cpp
         cannot parse it (its first error line is the reason)."""
         last_error()  # forget older lines
-        ptr = C.llama_sampler_init_grammar(model._vocab, text.encode("utf-8"), b"root")
+        with _stderr_captured() as said:
+            ptr = C.llama_sampler_init_grammar(model._vocab, text.encode("utf-8"), b"root")
         if not ptr:
-            why = last_error() or "llama.cpp could not parse it"
-            raise InvalidRequest(f"{field}: not a valid GBNF grammar ({why})")
+            why = next((ln.split("error parsing grammar: ", 1)[-1] for ln in said() if ln.strip()), None)
+            raise InvalidRequest(f"{field}: not a valid GBNF grammar ({why or last_error() or 'llama.cpp refused it'})")
         return cls(ptr)
 
     def clone(self) -> "Grammar":
@@ -78,3 +83,21 @@ class Grammar:
 
     def __del__(self):
         self.close()
+
+
+@contextlib.contextmanager
+def _stderr_captured():
+    """llama.cpp's grammar parser prints its reason (and the whole grammar) with fprintf(stderr) rather than its
+    log: keep it out of the terminal for our one-line error, and hand its lines to the caller."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), 2)
+        lines: list[str] = []
+        try:
+            yield lambda: lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            lines += tmp.read().decode("utf-8", "replace").splitlines()
