@@ -9,7 +9,10 @@
 
 Keyword arguments are ``Request``'s: ``temperature`` (0 = greedy), ``top_k``, ``top_p``, ``seed`` and
 ``sampling_mode`` ("rejection", the default, or "match"; see ``Request`` for what each keeps and what a seed
-promises), e.g. ``llm.generate(prompt, temperature=0.7, top_p=0.9, seed=1)``.
+promises), e.g. ``llm.generate(prompt, temperature=0.7, top_p=0.9, seed=1)``. The sampling controls are
+``Request``'s too, with speculation on: ``logit_bias``, ``min_p``, ``presence_penalty``, ``frequency_penalty``,
+``repeat_penalty`` / ``repeat_last_n``, and constrained output with ``grammar`` (GBNF) or ``json_schema``, e.g.
+``llm.generate(prompt, json_schema={"type": "object", ...})`` (docs/sampling.md).
 
 An ``LLM`` is thread-safe: one lock serialises every call into the engine, and whichever caller steps the engine
 files each event under its request, so several threads may generate or stream on one ``LLM`` at once (their
