@@ -29,6 +29,8 @@ class ModelParams:
     # llama.cpp RPC servers ("ip:port", from pydflash.rpc_endpoints.resolve_all) whose devices take offloaded layers,
     # split with the local GPUs by free memory (native/rpc.py); () = local devices only
     rpc: tuple[str, ...] = ()
+    # llama.cpp's vocab_only: the vocabulary and metadata without the weights (a tokenizer; no Context can be made)
+    vocab_only: bool = False
 
     def __post_init__(self):
         if self.n_gpu_layers < -1:
@@ -79,6 +81,7 @@ class Model:
         ensure_backend()
         mp = C.llama_model_default_params()
         mp.n_gpu_layers = params.n_gpu_layers if params.n_gpu_layers >= 0 else 999
+        mp.vocab_only = params.vocab_only
         self._overrides = None
         if params.kv_overrides:
             self._overrides = _overrides_array(params.kv_overrides)  # must stay alive during the load

@@ -1,9 +1,10 @@
 """OpenAI completions and chat completions over one engine (the worker side of the server).
 
-A handler turns the validated body into engine ``Request``s, submits them to the engine and waits for each to be
-accepted, so every bad input (an out-of-vocabulary id, a prompt that does not fit) is a 4xx before any stream
-byte. Then it either collects the events into one response or streams them as SSE chunks. A client that goes away
-cancels its requests at once, which frees their slots on the engine's next turn.
+A handler tokenizes the prompts with the worker's own tokenizer (``tokenizer.py``: not on the engine's thread),
+turns the validated body into engine ``Request``s, submits them to the engine and waits for each to be accepted,
+so every bad input (an out-of-vocabulary id, a prompt that does not fit) is a 4xx before any stream byte. Then it
+either collects the events into one response or streams them as SSE chunks. A client that goes away cancels its
+requests at once, which frees their slots on the engine's next turn.
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from starlette.requests import Request as HTTPRequest
 
 from ..engine.request import Request, Result
 from ..errors import ContextOverflow, InvalidRequest
-from . import ops
 from . import schemas as S
 from .chat import ChatTemplate
 from .errors import envelope, to_api_error
 from .engine_client import ACCEPTED, EngineClient, Sink
 from .metrics import REQUESTS, StepRecorder
 from .scoring import ScoreService
+from .tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 DISCONNECT_POLL_S = 0.25
@@ -59,9 +60,10 @@ class Call:
 
 
 class Completions:
-    def __init__(self, engine: EngineClient, model: str, template: ChatTemplate, recorder: StepRecorder,
-                 scorer: ScoreService):
+    def __init__(self, engine: EngineClient, tokenizer: Tokenizer, model: str, template: ChatTemplate,
+                 recorder: StepRecorder, scorer: ScoreService):
         self.engine = engine
+        self.tokenizer = tokenizer
         self.model = model
         self.template = template
         self.recorder = recorder
@@ -75,8 +77,9 @@ class Completions:
         call = Call("completion", self.model, [self._request(p, body) for p in prompts], prompts,
                     id="cmpl-" + uuid.uuid4().hex)
         await self._start(call)
+        echo = [self.tokenizer.echo_text(p) for p in call.prompts] if body.echo else None
         if body.stream:
-            return self._stream(call, http, body, echo_text=await self._echo_texts(call) if body.echo else None)
+            return self._stream(call, http, body, echo_text=echo)
         await self._collect(call, http)
         choices = []
         for i, req in enumerate(call.reqs):
@@ -85,8 +88,8 @@ class Completions:
             logprobs = None
             if body.logprobs is not None:
                 logprobs = await self.scorer.completion_logprobs(call.prompts[i], res.tokens, body.logprobs, body.echo)
-            if body.echo:
-                text = (await self._echo_texts(call))[i] + text
+            if echo is not None:
+                text = echo[i] + text
             choice = S.CompletionChoice(index=i, text=text, finish_reason=res.finish_reason, logprobs=logprobs)
             if body.return_tokens:
                 choice.tokens = list(res.tokens)
@@ -101,7 +104,7 @@ class Completions:
         text = self.template.render(body.template_messages(), add_generation_prompt=True)
         add_special = not self.template.emits_bos
         self._check_prompt_bytes(text)
-        tokens = await self.engine.call(ops.tokenize, text, add_special, True)
+        tokens = await self.tokenizer.tokenize(text, add_special, True)
         if not tokens:
             raise InvalidRequest("the rendered chat prompt is empty")
         call = Call("chat", self.model, [self._request(tokens, body)], [tokens], id="chatcmpl-" + uuid.uuid4().hex)
@@ -128,7 +131,7 @@ class Completions:
         for p in prompts:
             if isinstance(p, str):
                 self._check_prompt_bytes(p)
-                toks = await self.engine.call(ops.tokenize, p, True)
+                toks = await self.tokenizer.tokenize(p, True)
             else:
                 toks = list(p)
             if not toks:
@@ -137,8 +140,8 @@ class Completions:
         return out
 
     def _check_prompt_bytes(self, text: str) -> None:
-        """Refuse a prompt too long in bytes to fit the slot in any tokenization, here, before it is tokenized on
-        the engine's thread (where a megabytes-long prompt would stall every stream for seconds)."""
+        """Refuse a prompt too long in bytes to fit the slot in any tokenization, before it is tokenized (about
+        1 s per MB on a CPU, a wait the client need not have for a 400)."""
         limit = self.engine.info.prompt_bytes_limit()
         if limit is None or len(text) * 4 <= limit:  # at most 4 bytes per character: no encoding needed
             return
@@ -154,13 +157,11 @@ class Completions:
         spec = body.speculative
         if spec is not None:
             draft_max = 0 if not spec.enabled else spec.n_max
-        kw = dict(max_tokens=self._max_tokens(body, len(tokens)), stop=list(body.stop), temperature=body.temperature,
-                  top_k=body.top_k or 0, top_p=body.top_p, seed=body.seed, sampling_mode=body.sampling_mode, draft_max=draft_max,
-                  ignore_eos=body.ignore_eos)
-        if "cache_prompt" in Request.__dataclass_fields__:
-            kw["cache_prompt"] = body.cache_prompt
         try:
-            return Request(list(tokens), **kw)
+            return Request(list(tokens), max_tokens=self._max_tokens(body, len(tokens)), stop=list(body.stop),
+                           temperature=body.temperature, top_k=body.top_k or 0, top_p=body.top_p, seed=body.seed,
+                           sampling_mode=body.sampling_mode, draft_max=draft_max, ignore_eos=body.ignore_eos,
+                           cache_prompt=body.cache_prompt)
         except ValueError as exc:  # Request validates its own fields; anything it refuses is the client's
             raise InvalidRequest(str(exc)) from exc
 
@@ -239,7 +240,7 @@ class Completions:
 
     # --- streaming ------------------------------------------------------------------------------------------------
     def _stream(self, call: Call, http: HTTPRequest, body, echo_text: Optional[list[str]] = None):
-        # send_timeout: a client that stops reading frees its slot instead of holding it (checklist 16)
+        # send_timeout: a client that stops reading frees its slot instead of holding it
         frames = self._frames(call, http, body.include_usage, echo_text, body.return_tokens)
         return EventSourceResponse(frames, ping=15, sep="\n", send_timeout=SEND_TIMEOUT_S)
 
@@ -278,9 +279,6 @@ class Completions:
                 self._count(call, "cancelled")
 
     # --- response parts -------------------------------------------------------------------------------------------
-    async def _echo_texts(self, call: Call) -> list[str]:
-        return [await self.engine.call(ops.detokenize, p) for p in call.prompts]
-
     def _usage(self, call: Call) -> S.Usage:
         prompt = sum(len(p) for p in call.prompts)
         done = list(call.results.values())

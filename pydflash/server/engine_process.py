@@ -37,7 +37,7 @@ from typing import Any, Optional
 from ..errors import InvalidRequest, PydflashError
 from .engine_client import LoopState
 from .engine_thread import EngineThread
-from .preset import EMBEDDED, Preset
+from .preset import Preset
 
 log = logging.getLogger(__name__)
 EXIT_LOAD_FAILED = 3
@@ -46,15 +46,11 @@ EXIT_ENGINE_DEAD = 70
 
 def load_engine(preset: Preset):
     """The engine of a preset (its pair loaded as the preset says)."""
-    from ..defaults import default_pair
     from ..engine.engine import Engine
     from ..pair import load_pair
 
-    target, drafter = preset.target, preset.drafter
-    if target == EMBEDDED:
-        d = default_pair()
-        target, drafter = d.target, (d.drafter if drafter is None else drafter)
-    pair = load_pair(target, drafter or None, n_gpu_layers=preset.n_gpu_layers, rpc=preset.rpc,
+    target, drafter = preset.pair_files()
+    pair = load_pair(target, drafter, n_gpu_layers=preset.n_gpu_layers, rpc=preset.rpc,
                      rpc_allow_public=preset.rpc_allow_public)
     try:
         return Engine(pair, preset.engine_config(), cache=preset.cache_config())

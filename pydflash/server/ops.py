@@ -1,4 +1,5 @@
 """What HTTP handlers ask of an engine besides generation, run on its thread: ``await engine.call(op, *args)``.
+(Tokenizing is not one of them: the worker has its own tokenizer, ``tokenizer.py``.)
 
 Each is a module-level function of ``(engine, *args)``: in a worker the call crosses to the engine process
 (engine_process.py) by reference and its arguments and result by pickle, so no closure, no handler object and no
@@ -11,28 +12,10 @@ import time
 import weakref
 from pathlib import Path
 
-from ..errors import InvalidRequest
 from ..engine.scorer import Scorer
 
 # one scoring context per engine, made on first use (on the loop thread), freed with the engine's process
 _scorers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def tokenize(engine, text: str, add_special: bool, parse_special: bool = False) -> list[int]:
-    return engine.model.tokenize(text, add_special=add_special, parse_special=parse_special)
-
-
-def detokenize(engine, tokens: list[int]) -> str:
-    """The text of token ids, as a prompt's echo shows it (no special-token rendering)."""
-    return engine.model.detokenize(tokens).decode("utf-8", "replace")
-
-
-def detokenize_checked(engine, tokens: list[int]) -> str:
-    """``/detokenize``: ids outside the vocabulary are the client's error."""
-    bad = [t for t in tokens if not 0 <= t < engine.model.n_vocab]
-    if bad:
-        raise InvalidRequest(f"token id {bad[0]} outside the vocabulary [0, {engine.model.n_vocab})")
-    return engine.model.detokenize_text(tokens).decode("utf-8", "replace")
 
 
 def score(engine, tokens: list[int], top_n: int):

@@ -35,6 +35,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from ..cache.config import CacheConfig
 from ..config import EngineConfig
+from ..defaults import default_pair
 from ..errors import InvalidRequest
 
 EMBEDDED = "embedded"  # target value: the embedded default pair (Gemma-3-270M + the shipped drafter)
@@ -95,6 +96,14 @@ class Preset:
             raise ConfigError(f"preset {self.name!r}: synth_len needs a drafter and draft_max > 0")
         if self.slot_save_path is not None and not pathlib.Path(self.slot_save_path).is_dir():
             raise ConfigError(f"preset {self.name!r}: slot_save_path {self.slot_save_path!r} is not a directory")
+
+    def pair_files(self) -> tuple[str, Optional[str]]:
+        """The target and drafter GGUF files (drafter None: plain decoding); EMBEDDED is the default pair's."""
+        target, drafter = self.target, self.drafter
+        if target == EMBEDDED:
+            d = default_pair()
+            target, drafter = str(d.target), (str(d.drafter) if drafter is None else drafter)
+        return target, drafter or None
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(n_slots=self.n_slots, n_ctx_slot=self.n_ctx_slot, n_batch=self.n_batch,

@@ -6,7 +6,8 @@ The router never loads a model, and neither does this process: its engine runs i
 (``engine_process.py``), so that a step's Python never waits on this process's GIL while the event loop writes
 streams. A native abort, an OOM kill or a SIGKILL there takes down this worker and its in-flight requests only. The
 routes below reach the engine only through an ``EngineClient`` (submit / cancel / call; ``engine_client.py``), here
-an ``EngineProcessClient``. If the engine fails, its requests get the error, ``/health`` turns 503, and the worker
+an ``EngineProcessClient``; prompts are tokenized here, by the worker's own vocabulary-only ``Tokenizer``, so a
+request reaches the engine once. If the engine fails, its requests get the error, ``/health`` turns 503, and the worker
 exits shortly after so that the router respawns it. ``PYDFLASH_ENGINE_PROCESS=0`` runs the engine on an
 ``EngineThread`` of this process instead (as a Ray replica does, ``ray/inprocess_worker.py``).
 """
@@ -14,6 +15,7 @@ exits shortly after so that the router respawns it. ``PYDFLASH_ENGINE_PROCESS=0`
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import faulthandler
 import logging
@@ -26,7 +28,7 @@ from fastapi import FastAPI, Request as HTTPRequest
 from fastapi.responses import JSONResponse
 
 from . import metrics  # noqa: F401  (first: prometheus_client must see the multiprocess directory)
-from . import chat, errors, ops, slots
+from . import chat, errors, slots
 from . import schemas as S
 from ..errors import PydflashError
 from .completions import Completions
@@ -37,6 +39,7 @@ from .engine_thread import EngineThread
 from .metrics import StepRecorder
 from .preset import Preset
 from .scoring import ScoreService
+from .tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 DEATH_GRACE_S = 1.0  # time for the failed requests' error events to reach their clients
@@ -55,30 +58,35 @@ def resolve_template(info: EngineInfo, preset: Preset) -> chat.ChatTemplate:
                         eos_token=info.eos_text)
 
 
-def create_worker_app(preset: Preset, engine: Optional[EngineClient] = None) -> FastAPI:
+def create_worker_app(preset: Preset, engine: Optional[EngineClient] = None,
+                      tokenizer: Optional[Tokenizer] = None) -> FastAPI:
     """The worker's routes over ``engine`` (an engine process's client), or without one over an engine loaded here
-    and run on an ``EngineThread`` of this process."""
+    and run on an ``EngineThread`` of this process; ``tokenizer``: the preset's, loaded here when not given."""
     recorder = StepRecorder(preset.name, preset.n_slots)
 
     def die(exc: BaseException) -> None:
         threading.Timer(DEATH_GRACE_S, os._exit, args=(EXIT_ENGINE_DEAD,)).start()
 
+    if tokenizer is None:
+        tokenizer = Tokenizer.for_preset(preset)
     if engine is None:
         engine = EngineThread(load_engine(preset), preset.max_queue)
     engine.on_step, engine.on_death = recorder.on_step, die
     info = engine.info
     template = resolve_template(info, preset)
-    gen = Completions(engine, preset.name, template, recorder, ScoreService(engine))
+    gen = Completions(engine, tokenizer, preset.name, template, recorder, ScoreService(engine))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         engine.start()
         yield
         engine.stop()
+        tokenizer.close()
 
     app = FastAPI(title=f"pydflash worker {preset.name}", lifespan=lifespan)
     errors.install(app)
     app.state.engine = engine
+    app.state.tokenizer = tokenizer
 
     @app.post("/v1/completions")
     async def completions(body: S.CompletionRequest, http: HTTPRequest):
@@ -90,11 +98,11 @@ def create_worker_app(preset: Preset, engine: Optional[EngineClient] = None) -> 
 
     @app.post("/tokenize")
     async def tokenize(body: S.TokenizeRequest) -> S.TokenizeResponse:
-        return S.TokenizeResponse(tokens=await engine.call(ops.tokenize, body.content, body.add_special))
+        return S.TokenizeResponse(tokens=await tokenizer.tokenize(body.content, body.add_special))
 
     @app.post("/detokenize")
     async def detokenize(body: S.DetokenizeRequest) -> S.DetokenizeResponse:
-        return S.DetokenizeResponse(content=await engine.call(ops.detokenize_checked, list(body.tokens)))
+        return S.DetokenizeResponse(content=tokenizer.detokenize(list(body.tokens)))
 
     @app.post("/slots/{id_slot}")
     async def slot_action(id_slot: int, action: S.SlotAction, body: Optional[S.SlotActionRequest] = None):
@@ -128,8 +136,12 @@ def main(argv=None) -> None:
         sys.setswitchinterval(interval_ms / 1000)
     preset = Preset.from_json(args.preset)
     try:
-        in_process = os.environ.get("PYDFLASH_ENGINE_PROCESS") == "0"
-        app = create_worker_app(preset, None if in_process else EngineProcessClient(args.preset, args.log_level))
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            # the vocabulary loads while the engine process loads its pair (each load releases the GIL)
+            tokenizer = pool.submit(Tokenizer.for_preset, preset)
+            in_process = os.environ.get("PYDFLASH_ENGINE_PROCESS") == "0"
+            engine = None if in_process else EngineProcessClient(args.preset, args.log_level)
+            app = create_worker_app(preset, engine, tokenizer.result())
     except EngineExited as exc:  # a native abort while loading: its own last words are already on stderr
         log.error("%s", exc)
         raise SystemExit(1)

@@ -77,4 +77,5 @@ class InProcessWorker:
                 return
             self._closed = True
         self.engine.close()
+        self.app.state.tokenizer.close()
         log.info("model %s unloaded", self.preset.name)
