@@ -5,7 +5,9 @@ matching DFlash drafter in upstream, fork-era and z-lab safetensors layouts.
     pair = write_tiny_pair(tmp_path, arch="gemma3", seed=0)
     pair.target, pair.drafter, pair.mask_token_id, pair.target_layer_ids
 
-Nothing here touches the native library; it only writes files with gguf-py and safetensors.
+Nothing here touches the native library; it only writes files with gguf-py and safetensors. The one exception is
+pydflash.factory.scale (random-weight pairs of real shapes, e.g. Qwen3-4B, for speed runs), which quantizes them
+through libllama.
 """
 
 from .pair import FACTORY_VERSION, TinyPair, write_tiny_pair

@@ -100,27 +100,34 @@ def drafter_spec(target: TargetSpec, n_layer: int, vocab: TinyVocab) -> DrafterS
     )
 
 
-def drafter_weights(spec: DrafterSpec, rng: np.random.Generator, dtype: str) -> dict[str, np.ndarray]:
-    """HF name -> array, [out, in] orientation, generated in a fixed order."""
+def drafter_plan(spec: DrafterSpec) -> list[W.Planned]:
+    """Every tensor of the drafter (HF names, [out, in] orientation) in generation order."""
     e, hd = spec.n_embd, spec.head_dim
-    t: dict[str, np.ndarray] = {}
-    t["fc.weight"] = W.matrix(rng, e, len(spec.target_layer_ids) * e, dtype)
-    t["hidden_norm.weight"] = W.norm(rng, e, dtype)
-    t["norm.weight"] = W.norm(rng, e, dtype)
+    plan = [W.Planned("fc.weight", (e, len(spec.target_layer_ids) * e), "matrix"),
+            W.Planned("hidden_norm.weight", (e,), "norm"), W.Planned("norm.weight", (e,), "norm")]
+
+    def add(name: str, shape: tuple[int, ...], kind: str = "matrix") -> None:
+        plan.append(W.Planned(name, shape, kind))
+
     for i in range(spec.n_layer):
         p = f"layers.{i}."
-        t[p + "input_layernorm.weight"] = W.norm(rng, e, dtype)
-        t[p + "self_attn.q_proj.weight"] = W.matrix(rng, spec.n_head * hd, e, dtype)
-        t[p + "self_attn.k_proj.weight"] = W.matrix(rng, spec.n_head_kv * hd, e, dtype)
-        t[p + "self_attn.v_proj.weight"] = W.matrix(rng, spec.n_head_kv * hd, e, dtype)
-        t[p + "self_attn.o_proj.weight"] = W.matrix(rng, e, spec.n_head * hd, dtype)
-        t[p + "self_attn.q_norm.weight"] = W.norm(rng, hd, dtype)
-        t[p + "self_attn.k_norm.weight"] = W.norm(rng, hd, dtype)
-        t[p + "post_attention_layernorm.weight"] = W.norm(rng, e, dtype)
-        t[p + "mlp.gate_proj.weight"] = W.matrix(rng, spec.n_ff, e, dtype)
-        t[p + "mlp.up_proj.weight"] = W.matrix(rng, spec.n_ff, e, dtype)
-        t[p + "mlp.down_proj.weight"] = W.matrix(rng, e, spec.n_ff, dtype)
-    return t
+        add(p + "input_layernorm.weight", (e,), "norm")
+        add(p + "self_attn.q_proj.weight", (spec.n_head * hd, e))
+        add(p + "self_attn.k_proj.weight", (spec.n_head_kv * hd, e))
+        add(p + "self_attn.v_proj.weight", (spec.n_head_kv * hd, e))
+        add(p + "self_attn.o_proj.weight", (e, spec.n_head * hd))
+        add(p + "self_attn.q_norm.weight", (hd,), "norm")
+        add(p + "self_attn.k_norm.weight", (hd,), "norm")
+        add(p + "post_attention_layernorm.weight", (e,), "norm")
+        add(p + "mlp.gate_proj.weight", (spec.n_ff, e))
+        add(p + "mlp.up_proj.weight", (spec.n_ff, e))
+        add(p + "mlp.down_proj.weight", (e, spec.n_ff))
+    return plan
+
+
+def drafter_weights(spec: DrafterSpec, rng: np.random.Generator, dtype: str) -> dict[str, np.ndarray]:
+    """HF name -> array, [out, in] orientation, generated in a fixed order."""
+    return W.materialize(drafter_plan(spec), rng, dtype)
 
 
 def gguf_name(hf_name: str, layout: str) -> str:
@@ -161,13 +168,19 @@ def write_drafter_gguf(
 ) -> None:
     """Upstream layout. embedding_scale=None writes no dflash.embedding_scale key."""
     w = gguf.GGUFWriter(str(path), "dflash")
+    add_drafter_keys(w, spec, vocab, dtype, embedding_scale)
+    _finish(w, tensors, "upstream", dtype)
+
+
+def add_drafter_keys(w: gguf.GGUFWriter, spec: DrafterSpec, vocab: TinyVocab, dtype: str,
+                     embedding_scale: float | None = None) -> None:
+    """The upstream layout's keys (arch "dflash")."""
     _add_hparams(w, "dflash", spec, dtype)
     w.add_uint32("dflash.block_size", spec.block_size)
     w.add_array("dflash.target_layers", list(spec.layer_inputs))
     if embedding_scale is not None:
         w.add_float32("dflash.embedding_scale", float(embedding_scale))
     add_vocab(w, vocab)
-    _finish(w, tensors, "upstream", dtype)
 
 
 def write_drafter_fork_gguf(

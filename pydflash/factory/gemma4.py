@@ -33,7 +33,7 @@ import gguf
 import numpy as np
 
 from . import weights as W
-from .targets import TargetSpec, head_weights, tie_output
+from .targets import TargetSpec, head_plan, tie_output
 from .tokenizer import TinyVocab, add_vocab
 
 GEMMA4 = "gemma4"
@@ -83,34 +83,43 @@ def rope_freqs(spec: Gemma4Spec) -> np.ndarray:
     return np.array([1.0] * n_rot + [1e30] * (spec.head_dim_full // 2 - n_rot), dtype=np.float32)
 
 
-def target_weights(spec: Gemma4Spec, rng: np.random.Generator, n_vocab: int, dtype: str) -> dict[str, np.ndarray]:
-    """GGUF tensor name -> array, generated in a fixed order (determinism)."""
+def target_plan(spec: Gemma4Spec, n_vocab: int) -> list[W.Planned]:
+    """Every tensor of the target in generation order (determinism)."""
     e, nh = spec.n_embd, spec.n_head
-    t = head_weights(spec, rng, n_vocab, dtype)
-    t["rope_freqs.weight"] = rope_freqs(spec)
+    plan = head_plan(spec, n_vocab)
+    freqs = rope_freqs(spec)
+    plan.append(W.Planned("rope_freqs.weight", freqs.shape, "fixed", values=tuple(freqs.tolist())))
+
+    def add(name: str, shape: tuple[int, ...], kind: str = "matrix", scale: float = 1.0) -> None:
+        plan.append(W.Planned(name, shape, kind, scale))
+
     for il, swa in enumerate(spec.swa_layers):
         hd, n_kv = spec.head(il)
         b = f"blk.{il}."
-        t[b + "attn_norm.weight"] = W.norm(rng, e, dtype)
-        t[b + "attn_q.weight"] = W.matrix(rng, nh * hd, e, dtype)
-        t[b + "attn_k.weight"] = W.matrix(rng, n_kv * hd, e, dtype)
+        add(b + "attn_norm.weight", (e,), "norm")
+        add(b + "attn_q.weight", (nh * hd, e))
+        add(b + "attn_k.weight", (n_kv * hd, e))
         if swa:
-            t[b + "attn_v.weight"] = W.matrix(rng, n_kv * hd, e, dtype)
-        t[b + "attn_output.weight"] = W.matrix(rng, e, nh * hd, dtype)
-        t[b + "attn_q_norm.weight"] = W.norm(rng, hd, dtype)
-        t[b + "attn_k_norm.weight"] = W.norm(rng, hd, dtype)
-        t[b + "post_attention_norm.weight"] = W.norm(rng, e, dtype, gain=spec.post_norm_gain)
-        t[b + "ffn_norm.weight"] = W.norm(rng, e, dtype)
-        t[b + "ffn_gate.weight"] = W.matrix(rng, spec.n_ff, e, dtype)
-        t[b + "ffn_up.weight"] = W.matrix(rng, spec.n_ff, e, dtype)
-        t[b + "ffn_down.weight"] = W.matrix(rng, e, spec.n_ff, dtype)
-        t[b + "post_ffw_norm.weight"] = W.norm(rng, e, dtype, gain=spec.post_norm_gain)
-        t[b + "layer_output_scale.weight"] = np.full(1, spec.layer_scalar, dtype=np.float32)
-    return t
+            add(b + "attn_v.weight", (n_kv * hd, e))
+        add(b + "attn_output.weight", (e, nh * hd))
+        add(b + "attn_q_norm.weight", (hd,), "norm")
+        add(b + "attn_k_norm.weight", (hd,), "norm")
+        add(b + "post_attention_norm.weight", (e,), "norm", spec.post_norm_gain)
+        add(b + "ffn_norm.weight", (e,), "norm")
+        add(b + "ffn_gate.weight", (spec.n_ff, e))
+        add(b + "ffn_up.weight", (spec.n_ff, e))
+        add(b + "ffn_down.weight", (e, spec.n_ff))
+        add(b + "post_ffw_norm.weight", (e,), "norm", spec.post_norm_gain)
+        plan.append(W.Planned(b + "layer_output_scale.weight", (1,), "fixed", values=(spec.layer_scalar,)))
+    return plan
 
 
-def write_target(path: Path, spec: Gemma4Spec, vocab: TinyVocab, tensors: dict[str, np.ndarray], dtype: str) -> None:
-    w = gguf.GGUFWriter(str(path), GEMMA4)
+def target_weights(spec: Gemma4Spec, rng: np.random.Generator, n_vocab: int, dtype: str) -> dict[str, np.ndarray]:
+    """GGUF tensor name -> array, generated in a fixed order (determinism)."""
+    return W.materialize(target_plan(spec, n_vocab), rng, dtype)
+
+
+def add_target_keys(w: gguf.GGUFWriter, spec: Gemma4Spec, vocab: TinyVocab, dtype: str) -> None:
     w.add_name(f"pydflash-tiny-{GEMMA4}")
     w.add_file_type(W.file_type(dtype))
     w.add_context_length(spec.n_ctx)
@@ -135,6 +144,11 @@ def write_target(path: Path, spec: Gemma4Spec, vocab: TinyVocab, tensors: dict[s
     w.add_final_logit_softcapping(spec.softcap)
     w.add_vocab_size(vocab.n_vocab)
     add_vocab(w, vocab)
+
+
+def write_target(path: Path, spec: Gemma4Spec, vocab: TinyVocab, tensors: dict[str, np.ndarray], dtype: str) -> None:
+    w = gguf.GGUFWriter(str(path), GEMMA4)
+    add_target_keys(w, spec, vocab, dtype)
     for name, arr in tensors.items():
         w.add_tensor(name, W.storage(arr, dtype))
     w.write_header_to_file()

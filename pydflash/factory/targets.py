@@ -62,9 +62,10 @@ class TargetSpec:
     def __post_init__(self) -> None:
         if self.arch not in ALL_ARCHS:
             raise ValueError(f"arch must be one of {ALL_ARCHS}, got {self.arch!r}")
-        if self.n_head * self.head_dim != self.n_embd:
-            # llama's loader requires n_rot == n_embd / n_head; keep all archs consistent
-            raise ValueError("n_head * head_dim must equal n_embd")
+        if self.arch == "llama" and self.n_head * self.head_dim != self.n_embd:
+            # llama's loader requires n_rot == n_embd / n_head; qwen3 and gemma read key_length on its own
+            # (Qwen3-4B: 32 heads of 128 over a 2560-wide residual)
+            raise ValueError("llama needs n_head * head_dim == n_embd")
         if self.n_head % self.n_head_kv:
             raise ValueError("n_head must be a multiple of n_head_kv")
 
@@ -111,46 +112,51 @@ def tie_output(spec: TargetSpec) -> TargetSpec:
                    out_norm_gain=2.0 / (embd_std * np.sqrt(spec.n_embd)))
 
 
-def head_weights(spec, rng: np.random.Generator, n_vocab: int, dtype: str) -> dict[str, np.ndarray]:
+def head_plan(spec, n_vocab: int) -> list[W.Planned]:
     """The embedding, final norm and (untied) output of any factory target spec, first in its fixed order."""
     e = spec.n_embd
-    t: dict[str, np.ndarray] = {}
-    t["token_embd.weight"] = W.embedding(rng, n_vocab, e, dtype, spec.embd_std)
-    t["output_norm.weight"] = W.norm(rng, e, dtype, gain=spec.out_norm_gain)
+    plan = [W.Planned("token_embd.weight", (n_vocab, e), "embedding", spec.embd_std),
+            W.Planned("output_norm.weight", (e,), "norm", spec.out_norm_gain)]
     if not spec.tied_output:
-        t["output.weight"] = W.matrix(rng, n_vocab, e, dtype, gain=spec.out_gain)
-    return t
+        plan.append(W.Planned("output.weight", (n_vocab, e), "matrix", spec.out_gain))
+    return plan
+
+
+def target_plan(spec: TargetSpec, n_vocab: int) -> list[W.Planned]:
+    """Every tensor of the target in generation order (determinism)."""
+    e, hd = spec.n_embd, spec.head_dim
+    plan = head_plan(spec, n_vocab)
+
+    def add(name: str, shape: tuple[int, ...], kind: str = "matrix") -> None:
+        plan.append(W.Planned(name, shape, kind))
+
+    for i in range(spec.n_layer):
+        b = f"blk.{i}."
+        add(b + "attn_norm.weight", (e,), "norm")
+        add(b + "attn_q.weight", (spec.n_head * hd, e))
+        add(b + "attn_k.weight", (spec.n_head_kv * hd, e))
+        add(b + "attn_v.weight", (spec.n_head_kv * hd, e))
+        add(b + "attn_output.weight", (e, spec.n_head * hd))
+        if spec.has_qk_norm:
+            add(b + "attn_q_norm.weight", (hd,), "norm")
+            add(b + "attn_k_norm.weight", (hd,), "norm")
+        if spec.arch == "gemma3":
+            add(b + "post_attention_norm.weight", (e,), "norm")
+            add(b + "post_ffw_norm.weight", (e,), "norm")
+        add(b + "ffn_norm.weight", (e,), "norm")
+        add(b + "ffn_gate.weight", (spec.n_ff, e))
+        add(b + "ffn_up.weight", (spec.n_ff, e))
+        add(b + "ffn_down.weight", (e, spec.n_ff))
+    return plan
 
 
 def target_weights(spec: TargetSpec, rng: np.random.Generator, n_vocab: int, dtype: str) -> dict[str, np.ndarray]:
     """GGUF tensor name -> array, generated in a fixed order (determinism)."""
-    e, hd = spec.n_embd, spec.head_dim
-    t = head_weights(spec, rng, n_vocab, dtype)
-    for i in range(spec.n_layer):
-        b = f"blk.{i}."
-        t[b + "attn_norm.weight"] = W.norm(rng, e, dtype)
-        t[b + "attn_q.weight"] = W.matrix(rng, spec.n_head * hd, e, dtype)
-        t[b + "attn_k.weight"] = W.matrix(rng, spec.n_head_kv * hd, e, dtype)
-        t[b + "attn_v.weight"] = W.matrix(rng, spec.n_head_kv * hd, e, dtype)
-        t[b + "attn_output.weight"] = W.matrix(rng, e, spec.n_head * hd, dtype)
-        if spec.has_qk_norm:
-            t[b + "attn_q_norm.weight"] = W.norm(rng, hd, dtype)
-            t[b + "attn_k_norm.weight"] = W.norm(rng, hd, dtype)
-        if spec.arch == "gemma3":
-            t[b + "post_attention_norm.weight"] = W.norm(rng, e, dtype)
-            t[b + "post_ffw_norm.weight"] = W.norm(rng, e, dtype)
-        t[b + "ffn_norm.weight"] = W.norm(rng, e, dtype)
-        t[b + "ffn_gate.weight"] = W.matrix(rng, spec.n_ff, e, dtype)
-        t[b + "ffn_up.weight"] = W.matrix(rng, spec.n_ff, e, dtype)
-        t[b + "ffn_down.weight"] = W.matrix(rng, e, spec.n_ff, dtype)
-    return t
+    return W.materialize(target_plan(spec, n_vocab), rng, dtype)
 
 
-def write_target(
-    path: Path, spec: TargetSpec, vocab: TinyVocab, tensors: dict[str, np.ndarray], dtype: str
-) -> None:
+def add_target_keys(w: gguf.GGUFWriter, spec: TargetSpec, vocab: TinyVocab, dtype: str) -> None:
     a = spec.arch
-    w = gguf.GGUFWriter(str(path), a)
     w.add_name(f"pydflash-tiny-{a}")
     w.add_file_type(W.file_type(dtype))
     w.add_uint32(f"{a}.context_length", spec.n_ctx)
@@ -170,6 +176,13 @@ def write_target(
         w.add_uint32(f"{a}.attention.sliding_window_pattern", spec.swa_pattern)
         w.add_float32(f"{a}.rope.freq_base_swa", spec.rope_base_swa)
     add_vocab(w, vocab)
+
+
+def write_target(
+    path: Path, spec: TargetSpec, vocab: TinyVocab, tensors: dict[str, np.ndarray], dtype: str
+) -> None:
+    w = gguf.GGUFWriter(str(path), spec.arch)
+    add_target_keys(w, spec, vocab, dtype)
     for name, arr in tensors.items():
         w.add_tensor(name, W.storage(arr, dtype))
     w.write_header_to_file()

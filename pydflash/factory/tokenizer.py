@@ -110,3 +110,28 @@ def add_vocab(writer: gguf.GGUFWriter, vocab: TinyVocab) -> None:
     writer.add_uint32(gguf.Keys.Tokenizer.MASK_ID, vocab.mask_id)
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
+
+
+def build_padded_vocab(n_vocab: int, mask_id: int, mask_piece: str = "<|MASK|>") -> TinyVocab:
+    """The tiny vocabulary padded with synthetic pieces to n_vocab tokens, its mask token at mask_id.
+
+    For random-weight models shaped like a real one (Qwen3's 151,936 tokens, z-lab's mask at 151669): the size sets
+    the embedding and head, the part of a step that grows with the vocabulary. Prompts tokenize into the tiny
+    vocabulary's pieces (the padding is never merged into: no chain of smaller pieces leads to it), and every id
+    detokenizes, so whatever a random model generates prints. Id 4 keeps its "<mask>" piece but is not the mask.
+    """
+    base = build_vocab()
+    if not base.n_vocab <= mask_id < n_vocab:
+        raise ValueError(f"mask id {mask_id} must lie in [{base.n_vocab}, {n_vocab})")
+    tokens, scores, types = list(base.tokens), list(base.scores), list(base.types)
+    for i in range(base.n_vocab, n_vocab):
+        if i == mask_id:
+            tokens.append(mask_piece)
+            types.append(CONTROL)
+        else:
+            tokens.append(f"{SPACE}x{i}")  # "▁x<id>": unique, never a prefix chain of the word pieces
+            types.append(NORMAL)
+        scores.append(-2000.0)  # below every real piece: never preferred in a merge
+    if len(set(tokens)) != len(tokens):
+        raise RuntimeError("padded vocab has a duplicate piece")
+    return TinyVocab(tuple(tokens), tuple(scores), tuple(types), mask_id=mask_id)

@@ -7,6 +7,8 @@ goes into GGUF and safetensors unchanged.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import gguf
 import numpy as np
 
@@ -45,13 +47,45 @@ def norm(rng: np.random.Generator, n: int, dtype: str, gain: float = 1.0) -> np.
     return _round(gain * (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)), dtype)
 
 
+def storage_dtype(ndim: int, dtype: str) -> type:
+    """On-disk type: matrices follow dtype, 1-D norms stay F32 as llama.cpp's converters do."""
+    return np.float16 if dtype == "f16" and ndim >= 2 else np.float32
+
+
 def storage(x: np.ndarray, dtype: str) -> np.ndarray:
-    """On-disk form: matrices follow dtype, 1-D norms stay F32 as llama.cpp's converters do."""
-    if dtype == "f16" and x.ndim >= 2:
-        return x.astype(np.float16)
-    return x.astype(np.float32)
+    return x.astype(storage_dtype(x.ndim, dtype))
 
 
 def file_type(dtype: str) -> int:
     """general.file_type: what the whole file mostly holds."""
     return int(gguf.LlamaFileType.MOSTLY_F16 if dtype == "f16" else gguf.LlamaFileType.ALL_F32)
+
+
+# --- plans: what to generate, apart from generating it --------------------------------------------------------------
+# A writer that holds every array at once cannot write a 4B model in bounded memory. A plan lists each tensor's
+# name, shape and recipe in generation order; materialize() turns it into arrays all at once (the tiny models, which
+# tests edit before writing), make() one at a time (the streamed writer, pydflash.factory.stream). Both draw from
+# the rng in plan order, so the two give the same numbers.
+@dataclass(frozen=True)
+class Planned:
+    name: str
+    shape: tuple[int, ...]  # numpy / HF orientation: [out, in] for a linear layer
+    kind: str  # "matrix" (gain), "embedding" (std), "norm" (gain), "fixed" (values, no rng draw)
+    scale: float = 1.0
+    values: tuple[float, ...] = ()  # "fixed" only
+
+
+def make(p: Planned, rng: np.random.Generator, dtype: str) -> np.ndarray:
+    if p.kind == "matrix":
+        return matrix(rng, p.shape[0], p.shape[1], dtype, gain=p.scale)
+    if p.kind == "embedding":
+        return embedding(rng, p.shape[0], p.shape[1], dtype, std=p.scale)
+    if p.kind == "norm":
+        return norm(rng, p.shape[0], dtype, gain=p.scale)
+    if p.kind == "fixed":
+        return np.asarray(p.values, dtype=np.float32).reshape(p.shape)
+    raise ValueError(f"unknown tensor recipe {p.kind!r} for {p.name}")
+
+
+def materialize(plan: list[Planned], rng: np.random.Generator, dtype: str) -> dict[str, np.ndarray]:
+    return {p.name: make(p, rng, dtype) for p in plan}

@@ -85,6 +85,18 @@ Per round: tok/s = the servers' ``usage.completion_tokens`` summed over the roun
         --out-dir docs                                                                # merge, write md + png
 
 The JSON is rewritten after each condition, so a run cut short keeps what it finished.
+
+Other models (the 4B-scale run: docs/byo-pair.md, "Speed at 4B scale"; scripts/device/remote.sh scale4b-a/-b):
+``--model T --drafter D --random-drafter D`` name the pair (a random-weight drafter serves as both the synthetic
+conditions' drafter and the useless one), ``--synth-lens 1,3,5,8`` the synthetic lengths (conditions
+``native-synthL`` / ``py-synthL``), ``--prompt-vocab 151936`` folds the held-out prompts' Gemma-3 ids into the
+target's vocabulary (id mod N: random weights care about the prompts' lengths, not their tokens), ``--target-set
+scale4b`` checks that run's targets (py-synth5 >= 2.0x native-bs at c1 and >= 1.5x at c8, the useless drafter
+adaptive >= 0.97x plain at every level), ``--model-label`` names the models in the report.
+
+    .venv/bin/python scripts/bench/http_vs_native.py --interleave --model T --drafter D --random-drafter D \\
+        --synth-lens 1,3,5,8 --prompt-vocab 151936 --target-set scale4b --model-label "Qwen3-4B-shaped ..." \\
+        --only 'native-bs,py-plain,py-synth*,py-random' --ngl -1 --out-dir /tmp/scale4b
 """
 
 from __future__ import annotations
@@ -97,6 +109,7 @@ import json
 import os
 import pathlib
 import random
+import re
 import shlex
 import shutil
 import statistics
@@ -117,6 +130,8 @@ from server_load import (  # noqa: E402
 REPO = pathlib.Path(__file__).resolve().parents[2]
 HELDOUT = REPO / "pydflash" / "train" / "heldout_eval.npz"  # the same file as scripts/bench/drafter_eval.py
 SHIPPED_DRAFTER = REPO / "pydflash" / "models" / "gemma-3-270m-dflash-q8_0.gguf"
+# the held-out mode's report names its models so, unless --model-label says otherwise
+DEFAULT_MODEL_LABEL = f"Gemma-3-270M Q4_K_M target; the shipped drafter {SHIPPED_DRAFTER.name}"
 # where a native llama-server may be, first found wins (the device build, then local builds)
 LLAMA_SERVER_CANDIDATES = [
     pathlib.Path("/root/pydflash-dev/llama.cpp/build/bin/llama-server"),
@@ -146,15 +161,24 @@ class Condition:
 # native drafts --spec-draft-n-max tokens per step, 3 by default; server_args() adds it (the trained block - 1 = 15,
 # what pydflash drafts), else --spec-synth-len is capped at 4
 NATIVE_DFLASH = ("--spec-type", "draft-dflash", "-bs", "--spec-draft-backend-sampling")
+
+
+def native_synth(n: int) -> Condition:
+    return Condition(f"native-synth{n}", "native", f"native DFlash, synthetic L={n}, -bs",
+                     (*NATIVE_DFLASH, "--spec-synth-len", str(n)), "shipped")
+
+
+def py_synth(n: int) -> Condition:
+    return Condition(f"py-synth{n}", "pydflash", f"pydflash, synthetic L={n}", ("--spec-synth-len", str(n)), "shipped")
+
+
 CONDITIONS = [
     Condition("native-plain", "native", "native plain"),
     Condition("native-bs", "native", "native plain -bs", ("-bs",)),
     Condition("native-dflash", "native", "native DFlash, shipped drafter, -bs", NATIVE_DFLASH, "shipped"),
-    *(Condition(f"native-synth{n}", "native", f"native DFlash, synthetic L={n}, -bs",
-                (*NATIVE_DFLASH, "--spec-synth-len", str(n)), "shipped") for n in (1, 4, 8)),
+    *(native_synth(n) for n in (1, 4, 8)),
     Condition("py-plain", "pydflash", "pydflash plain", ("--no-spec",)),
-    *(Condition(f"py-synth{n}", "pydflash", f"pydflash, synthetic L={n}", ("--spec-synth-len", str(n)), "shipped")
-      for n in (1, 4, 8)),
+    *(py_synth(n) for n in (1, 4, 8)),
     Condition("py-dflash", "pydflash", "pydflash, shipped drafter, adaptive", (), "shipped"),
     Condition("py-random", "pydflash", "pydflash, random drafter, adaptive", (), "random"),
     # CUDA loads each kernel at its first launch by default (lazy module loading): a batch shape that needs kernels
@@ -169,6 +193,20 @@ CONDITIONS = [
                                       ("py-synth8", "pydflash, synthetic L=8", ("--spec-synth-len", "8"), "shipped"))),
 ]
 
+SYNTH_ID = re.compile(r"(native|py)-synth\d+")
+
+
+def conditions(synth_lens=(1, 4, 8)) -> list[Condition]:
+    """CONDITIONS with each server's synthetic conditions at synth_lens (--synth-lens) in place of L = 1, 4, 8."""
+    out = []
+    for c in CONDITIONS:
+        if c.id in ("native-synth1", "py-synth1"):  # where each server's synthetic conditions stand
+            out += [(native_synth if c.server == "native" else py_synth)(n) for n in synth_lens]
+        elif not SYNTH_ID.fullmatch(c.id):
+            out.append(c)
+    return out
+
+
 # (the issue's words, condition, clients (None = every level), reference condition, comparison, bound)
 TARGETS = [
     ("synthetic length 8, c1", "py-synth8", 1, BASELINE, ">=", 2.5),
@@ -178,6 +216,14 @@ TARGETS = [
     ("shipped drafter, adaptive, c1, with the new drafter", "py-dflash", 1, BASELINE, ">=", 1.5),
     ("useless drafter, adaptive, every concurrency", "py-random", None, "py-plain", ">=", 0.97),
 ]
+# --target-set scale4b: random-weight Qwen3-4B-shaped pair (python -m pydflash.factory.scale), --synth-lens 1,3,5,8
+# (docs/byo-pair.md, "Speed at 4B scale"). Against native-bs itself, the one native plain server that run starts
+SCALE4B_TARGETS = [
+    ("synthetic length 5, c1", "py-synth5", 1, "native-bs", ">=", 2.0),
+    ("synthetic length 5, c8", "py-synth5", 8, "native-bs", ">=", 1.5),
+    ("useless drafter (L = 1), adaptive, every concurrency", "py-random", None, "py-plain", ">=", 0.97),
+]
+TARGET_SETS = {"issue": TARGETS, "scale4b": SCALE4B_TARGETS}
 
 
 # --- the defaults mode (--defaults): what a user gets ---------------------------------------------------------------
@@ -369,6 +415,13 @@ def heldout_code_prompts() -> list[list[int]]:
     data = np.load(HELDOUT)
     p_len = int(data["prompt_len"])
     return [[int(t) for t in row[:p_len]] for row in data["code_tokens"]]
+
+
+def fold_prompts(prompts: list[list[int]], n_vocab: int) -> list[list[int]]:
+    """--prompt-vocab: the held-out prompts (Gemma-3 ids, up to 262,144) as ids of a vocabulary of n_vocab, id mod
+    n_vocab, for random-weight targets of another tokenizer (pydflash.factory.scale's 151,936): their speed depends
+    on the prompts' lengths, which this keeps, not on which tokens they hold."""
+    return [[t % n_vocab for t in p] for p in prompts]
 
 
 def resolve_models(need_random: bool) -> tuple[str, str | None]:
@@ -793,7 +846,7 @@ def targets(report: dict) -> list[dict]:
         return defaults_targets(report)
     levels = report["params"]["clients"]
     return [verdict(report, what, cond, clients, ref, op, bound, levels)
-            for what, cond, clients, ref, op, bound in TARGETS]
+            for what, cond, clients, ref, op, bound in TARGET_SETS[report["params"].get("target_set", "issue")]]
 
 
 def verdict(report: dict, what: str, cond: str, clients: int | None, ref: str, op: str, bound: float,
@@ -917,7 +970,7 @@ def markdown(report: dict) -> str:
         f"# Native llama-server vs pydflash-server through HTTP ({hw})",
         "",
         f"One run, {report['date']}. pydflash {report['pydflash_commit']}; llama.cpp {report['llama_cpp_commit']} "
-        f"(vendored, with patches/). Gemma-3-270M Q4_K_M target; the shipped drafter {SHIPPED_DRAFTER.name}. "
+        f"(vendored, with patches/). {report.get('model_label') or DEFAULT_MODEL_LABEL}. "
         f"Held-out code prompts ({p['prompt_tokens']} tokens), temperature 0, ignore_eos, "
         f"cache_prompt {str(p.get('cache_prompt')).lower()}, max_tokens {p['tokens']}; each of C clients sends "
         f"{per_client(p)} streamed /v1/completions per round, one untimed warm-up round per level "
@@ -1105,7 +1158,8 @@ def plot(report: dict, png: pathlib.Path) -> bool:
         if title:
             ax.set_title(title, fontsize=9)
     hw = report["machine"].get("gpu") or report["machine"]["cpu"]
-    fig.suptitle(f"Gemma-3-270M Q4_K_M through HTTP ({hw.split(',')[0]})", fontsize=10)
+    title = (report.get("model_label") or "Gemma-3-270M Q4_K_M").split(";")[0]
+    fig.suptitle(f"{title} through HTTP ({hw.split(',')[0]})", fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / (4.5 * len(panels))))  # room for the suptitle above the first panel
     fig.savefig(png, dpi=120)
     plt.close(fig)
@@ -1135,7 +1189,8 @@ def plot_panel(ax, report: dict, levels: list[int]) -> None:
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
-PLOT_COLOURS = {"plain": "black", "bs": "black", "synth1": "tab:red", "synth4": "tab:orange", "synth8": "tab:green",
+PLOT_COLOURS = {"plain": "black", "bs": "black", "synth1": "tab:red", "synth3": "tab:pink", "synth4": "tab:orange",
+                "synth5": "tab:olive", "synth8": "tab:green",
                 "dflash": "tab:blue", "random": "tab:purple", "plain-nocache": "dimgrey", "dflash-nocache": "tab:cyan"}
 
 
@@ -1179,8 +1234,8 @@ def merge(paths: list[str]) -> dict:
     gpus = {(r["machine"].get("gpu"), r["machine"]["host"]) for r in reports}
     if len(gpus) > 1:
         print(f"bench_http: warning: the chunks ran on different machines: {gpus}", file=sys.stderr)
-    # conditions in the canonical order
-    order = [c.id for c in CONDITIONS]
+    # conditions in the canonical order, whatever synthetic lengths ran (L <= 16: a block of at most 15 drafts)
+    order = [c.id for c in conditions(range(1, 17))]
     out["conditions"] = dict(sorted(out["conditions"].items(),
                                     key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
     return out
@@ -1265,6 +1320,15 @@ def main(argv=None) -> int:
     ap.add_argument("--no-render", action="store_true", help="write only the JSON (render later with --render)")
     ap.add_argument("--step-trace", default="",
                     help="DIR: each pydflash server's engine writes a JSON line per step to DIR/<condition>.<pid>")
+    ap.add_argument("--synth-lens", default="1,4,8",
+                    help="the synthetic acceptance lengths L of the native-synthL and py-synthL conditions")
+    ap.add_argument("--prompt-vocab", type=int, default=0,
+                    help="fold the held-out prompt ids into a vocabulary of this size (id mod N): for random-weight "
+                         "targets of another tokenizer (0: as they are)")
+    ap.add_argument("--target-set", choices=sorted(TARGET_SETS), default="issue",
+                    help="the speed targets the report checks (scale4b: the 4B-scale run of docs/byo-pair.md)")
+    ap.add_argument("--model-label", default=None,
+                    help=f"how the report names the models (default: {DEFAULT_MODEL_LABEL})")
     ap.add_argument("--py-verbose", action="store_true",
                     help="pydflash-server -v: its log (in --log-dir) gives each adaptive-drafting pause and why")
     a = ap.parse_args(argv)
@@ -1279,7 +1343,8 @@ def main(argv=None) -> int:
     if a.defaults:
         return main_defaults(a, argv)
     a.ctx = a.ctx or 1024
-    conds = select(a.only, a.skip)
+    a.synth_lens = [int(n) for n in a.synth_lens.split(",") if n.strip()]
+    conds = select(a.only, a.skip, conditions(a.synth_lens))
     if not conds or not a.clients or a.rounds < 1:
         raise SystemExit("bench_http: nothing to run (check --only/--skip, --clients, --rounds)")
     llama_server = find_llama_server(a.llama_server) if any(c.server == "native" for c in conds) else ""
@@ -1291,6 +1356,8 @@ def main(argv=None) -> int:
     drafters = {"shipped": os.path.abspath(a.drafter),
                 "random": os.path.abspath(random_drafter) if random_drafter else ""}
     prompts = heldout_code_prompts()
+    if a.prompt_vocab:
+        prompts = fold_prompts(prompts, a.prompt_vocab)
     log_dir = pathlib.Path(a.log_dir) if a.log_dir else pathlib.Path(tempfile.mkdtemp(prefix="bench_http_"))
     log_dir.mkdir(parents=True, exist_ok=True)
     print(f"bench_http: {len(conds)} conditions, clients {a.clients}, logs in {log_dir}", file=sys.stderr)
@@ -1308,7 +1375,9 @@ def main(argv=None) -> int:
                    "prompts": "heldout_eval.npz code_tokens", "cache_prompt": a.cache_prompt,
                    "interleave": a.interleave, "warmup_requests_per_client": {
                        str(c): warmup_requests(a, requests_at(a, c)) for c in a.clients},
-                   "prompt_tokens": len(prompts[0])},
+                   "prompt_tokens": len(prompts[0]), "synth_lens": a.synth_lens, "prompt_vocab": a.prompt_vocab,
+                   "target_set": a.target_set},
+        "model_label": a.model_label,
         "commands": ["python " + shlex.join(["scripts/bench/http_vs_native.py", *(sys.argv[1:] if argv is None else argv)])],
         "conditions": {},
     }

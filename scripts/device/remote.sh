@@ -74,6 +74,25 @@
 #                     plain step, each with its graph reuses
 #   remote.sh slots   scripts/bench_slots.py (issue 13's per-slot slope): KV pool vs streams, with patches/0005
 #                     and with upstream's per-row argmax (PYDFLASH_PER_ROW_GREEDY)
+#   remote.sh scale4b-a, scale4b-b [scripts/bench/http_vs_native.py args...]  speed at 4B scale (docs/byo-pair.md,
+#                     "Speed at 4B scale"): random-weight Qwen3-4B-shaped targets (Q4_K_M and Q8_0, llama.cpp's own
+#                     K-quant mix) and a Qwen3-4B-DFlash-b16-shaped drafter (Q8_0 but fc), generated HERE by
+#                     `python -m pydflash.factory.scale` into $W/scale4b (never carried; kept for the next call),
+#                     then scripts/bench/http_vs_native.py --interleave against the pristine llama-server (-bs, and
+#                     native DFlash at the same synthetic L), 128 tokens, 3 rounds, clients 1,4,8,16.
+#                     scale4b-a: the models (F16 files written while llama.cpp still builds: numpy only), then the
+#                     targets' conditions native-bs, py-plain, py-synth5, py-random; scale4b-b: the rest of the
+#                     L = 1, 3, 5, 8 curve, py-synth1/3/8 and native-synth1/3/5/8. Needs part 0, 0b, 1b and start
+#                     only (no Gemma parts). SCALE_QUANT=Q8_0 benchmarks the Q8_0 target instead. JSON as
+#                     scale4b_{a,b}_<quant>.json (render locally: http_vs_native.py --render both); extra args go to
+#                     http_vs_native.py and win (e.g. --only 'native-synth*' --clients 4,16 to finish a cut chunk).
+#                     Time, estimated (not yet run; H200 figures above and docs/byo-pair.md's sizes): the builds end
+#                     ~5-8 min after start; the F16 files (4.56 B values, 9 GB) ~1-2 min beside them; quantizing
+#                     Q4_K_M + Q8_0 + drafter ~1 min on 16 cores. A first scale4b-a called right after start spends
+#                     its call on that and stops if under 240 s are left ("run scale4b-a again": then ~280 s, 4
+#                     servers x ~20 s to load + ~150 s of rounds at an assumed ~200 tok/s plain at c1). scale4b-b:
+#                     7 servers, ~450-500 s (native-synth1, drafting 15 tokens to keep one, is the slow one). All in
+#                     all ~22-25 of the session's 30 min with the ~2 min of staging.
 # Order: part 0, part 0b, part 1b, start (carrying g1 and head.tgz), part 2 .. part N (part c0, part c1 before gen), then the
 # steps above. Every step that needs the build fails at once if `start` never ran (a carry over the limit refuses the
 # call without running it).
@@ -420,4 +439,31 @@ server)  # remote.sh server [scripts/bench/server_load.py args...]
     use_build
     python3 scripts/bench/server_load.py --start "-ngl -1 -np 16 -c 8192 -t 8" --modes spec,plain,fixed --fixed-k 15 \
         --clients 1,4,16 --requests 4 --tokens 128 --stream-tokens 2048 --out $OUT/server_gpu.json --log-dir $OUT "${@:2}" ;;
+scale4b-a|scale4b-b)  # remote.sh scale4b-a|scale4b-b [scripts/bench/http_vs_native.py args...]
+    [ -f $W/configure.log ] || { echo "$1: no build was started on this machine: run remote.sh start first"; exit 1; }
+    S=$W/scale4b
+    quant=${SCALE_QUANT:-Q4_K_M}
+    tag=${1#scale4b-}_$(echo $quant | tr 'A-Z' 'a-z')
+    export PYTHONPATH=$W/site:$PWD PYDFLASH_LIB_DIR=$W/llama.cpp/build/bin PYTHONUNBUFFERED=1
+    export PYDFLASH_TREE_COMMIT="${PYDFLASH_TREE_COMMIT:-$(cat $W/commit.txt) (HEAD when g1 was packed)}"
+    # numpy only (pydflash imports without libllama): runs while the builds compile
+    python3 -m pydflash.factory.scale $S --shape qwen3-4b --quant Q4_K_M,Q8_0 --f16-only 2>&1 | tail -1
+    for _ in $(seq 1 110); do [ -f $W/build.rc ] && break; sleep 5; done  # the quantizer is libllama's
+    [ "$(cat $W/build.rc 2>/dev/null)" = 0 ] || { tail -20 $W/build.log; exit 1; }
+    python3 -m pydflash.factory.scale $S --shape qwen3-4b --quant Q4_K_M,Q8_0 2>&1 | grep -v "^\[\|^llama_model_quant" | tail -4
+    cp $S/manifest.json $OUT/scale4b_models.json
+    use_pristine
+    left=$((575 - SECONDS))
+    echo "$1: ${left} s left for the benchmark"
+    [ $left -ge 240 ] || { echo "$1: the builds and the models took the call: run $1 again"; exit 0; }
+    only="native-bs,py-plain,py-synth5,py-random"
+    [ $1 = scale4b-b ] && only="py-synth1,py-synth3,py-synth8,native-synth*"
+    # SIGINT, not TERM: the script's finally blocks stop the servers it started (each in a session of its own)
+    timeout -s INT -k 30 $left python3 scripts/bench/http_vs_native.py --interleave --ngl -1 --threads 8 \
+        --llama-server $PRISTINE_SERVER --model $S/target-$(echo $quant | tr 'A-Z' 'a-z').gguf \
+        --drafter $S/drafter-q8_0.gguf --random-drafter $S/drafter-q8_0.gguf --synth-lens 1,3,5,8 \
+        --prompt-vocab 151936 --target-set scale4b --tokens 128 --rounds 3 --only "$only" \
+        --model-label "random-weight Qwen3-4B-shaped $quant target; Qwen3-4B-DFlash-b16-shaped drafter (Q8_0, fc F16), pydflash.factory.scale" \
+        --out-dir $OUT --stem scale4b_$tag --no-render --log-dir $OUT/logs_$tag "${@:2}" || echo "$1: exit $?"
+    tar czf $OUT/logs_$tag.tgz -C $OUT logs_$tag && rm -rf $OUT/logs_$tag ;;
 esac
