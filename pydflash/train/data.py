@@ -6,6 +6,8 @@ Recipe (recorded in pydflash/models/MODEL_CARD.md):
   Debian copyright files, and module/function docstrings of the standard library;
 - every file is assigned to train or eval by a hash of its path (eval ~ 1 in 40), so no eval
   prompt shares a file with a training prompt;
+- a file holding an evaluation or benchmark prompt (``holdout.py``) gives no training prompts: every window of it
+  is a substring of it, so dropping the file drops every window that could contain one;
 - each prompt is a window of exactly ``prompt_len`` tokens starting at a line start; equal
   lengths let the target generate a whole batch without padding.
 Responses are not here: they are the target's own greedy continuations (see generate.py).
@@ -99,9 +101,13 @@ def build(tokenizer, bos: int = 2, prompt_len: int = 96, per_file: int = 4, max_
     Returns int32 arrays train_code, train_prose, eval_code, eval_prose of shape [N, prompt_len];
     each prompt is ``[BOS] + window`` (llama.cpp adds BOS for Gemma too).
     """
+    from . import holdout
+
     rng = random.Random(seed)
     res = {"train_code": [], "train_prose": [], "eval_code": [], "eval_prose": []}
     stats = {k: 0 for k in res}
+    stats["held_out"] = 0
+    keep_out = holdout.default()
     code = [(f, None) for f in code_files()]
     prose = prose_sources()
     for kind, items in (("code", code), ("prose", prose)):
@@ -111,12 +117,15 @@ def build(tokenizer, bos: int = 2, prompt_len: int = 96, per_file: int = 4, max_
             text = text[:MAX_FILE_CHARS]
             if len(text) < 800:
                 continue
+            split = "eval" if is_eval(key) else "train"
+            if split == "train" and keep_out.hits(text):
+                stats["held_out"] += 1
+                continue
             # tokenize line by line so windows can start at line starts
             ids, starts = [], []
             for line in text.splitlines(keepends=True):
                 starts.append(len(ids))
                 ids += tokenizer(line)
-            split = "eval" if is_eval(key) else "train"
             for w in windows(ids, starts, prompt_len - 1, per_file, rng):
                 res[f"{split}_{kind}"].append([bos] + w)
             stats[f"{split}_{kind}"] += 1

@@ -12,7 +12,8 @@ The engine is kept full: requests are queued a few batches ahead and every finis
 the time budget ends the run cleanly at any point. Output: DIR/shard-XXXX.npz (LZMA inside: see save_npz), each with
 ``tokens`` (int32, rows concatenated: BOS + prompt + response), ``offsets`` (row starts, n_rows + 1),
 ``prompt_len``, ``kind`` (index into KINDS), ``index`` (line number in the prompt file), and DIR/generate.json
-(counts, throughput, the command). ``--skip N`` starts at line N, so later sessions continue with new prompts;
+(counts, throughput, the command). Prompts containing an evaluation or benchmark prompt are skipped (holdout.py).
+``--skip N`` starts at line N, so later sessions continue with new prompts;
 ``--stop M`` ends before line M, so several processes can share one GPU on disjoint parts of the file (one
 process leaves the GPU idle while Python books a step of 128 slots).
 
@@ -32,6 +33,8 @@ from collections import deque
 from typing import Iterator
 
 import numpy as np
+
+from . import holdout
 
 KINDS = ("code", "prose", "chat", "repetition")
 
@@ -152,8 +155,9 @@ def run(args) -> dict:
     writer = ShardWriter(args.out, args.shard_rows)
     prompts = read_prompts(args.prompts, args.skip, args.stop)
     pending: dict[int, tuple[list[int], int, int]] = {}  # request id -> (prompt tokens, kind, line)
-    counts = {"rows": 0, "prompt_tokens": 0, "response_tokens": 0, "too_long": 0, "stopped": 0,
+    counts = {"rows": 0, "prompt_tokens": 0, "response_tokens": 0, "too_long": 0, "stopped": 0, "held_out": 0,
               "by_kind": {k: 0 for k in KINDS}}
+    keep_out = holdout.default()
     last_line = args.skip - 1
     t0 = time.perf_counter()
     deadline = t0 + args.seconds
@@ -168,6 +172,9 @@ def run(args) -> dict:
                 return
             line, p = nxt
             last_line = line
+            if keep_out.hits(p["text"]):  # an evaluation or benchmark prompt: never trained on
+                counts["held_out"] += 1
+                continue
             kind = KINDS.index(p["kind"])
             toks = prompt_tokens(model, p)
             if len(toks) > args.max_prompt:

@@ -18,6 +18,7 @@ import time
 import numpy as np
 import torch
 
+from . import holdout
 from .drafter import DFlashDrafter, DrafterConfig, draft_logits_loss
 from .evaluate import evaluate
 from .target import GemmaTarget, greedy_generate, load_gguf_weights, rms_norm
@@ -166,6 +167,9 @@ def main(argv=None):
     train_kind = np.r_[np.zeros(len(z["train_code"])), np.ones(len(z["train_prose"]))]
     perm = rng.permutation(len(train_p))
     train_p, train_kind = train_p[perm], train_kind[perm]
+    held = holdout.held_token_rows(train_p, args.gguf)  # evaluation and benchmark prompts are never trained on
+    train_p, train_kind = train_p[~held], train_kind[~held]
+    log(f"dropped {int(held.sum())} training prompts holding an evaluation or benchmark prompt")
     if args.max_train_rows:
         train_p, train_kind = train_p[: args.max_train_rows], train_kind[: args.max_train_rows]
     ev = {k: z[f"eval_{k}"][: args.eval_per_kind] for k in ("code", "prose")}

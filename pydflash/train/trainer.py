@@ -19,6 +19,7 @@ memory: 20 M tokens of features would take 128 GB.
 - ``--copy-weight W`` draws copying rows (half or more of the response continues 8-grams of the prompt:
   ``copying.py``) W times as often as others of their length: the drafter does not copy text seen once
   (docs/drafter.md). 1 (the default) samples as before.
+- Rows whose prompt holds an evaluation or benchmark prompt are dropped (``holdout.py``).
 - A slice of the rows (``--holdout``) is never trained on; the simulated greedy tau on it is logged for the
   starting weights and the result, per kind.
 - ``--distill-topk K`` adds top-k logit distillation: the port's final state gives the target's distribution over
@@ -39,6 +40,7 @@ import time
 import numpy as np
 import torch
 
+from . import holdout as keep_out
 from .copying import COPY_NGRAM, COPY_ROW_SHARE, copy_shares
 from .drafter import DFlashDrafter, DrafterConfig, draft_logits_loss
 from .evaluate import evaluate
@@ -73,9 +75,13 @@ class Rows:
     neighbours as often, and copying rows would gain only where they happen to cluster. W = 1 keeps the one order
     of all rows, the sampler of every earlier run, draw for draw."""
 
-    def __init__(self, data: dict, max_len: int, holdout: float, seed: int, copy_weight: float = 1.0):
+    def __init__(self, data: dict, max_len: int, holdout: float, seed: int, copy_weight: float = 1.0,
+                 drop: np.ndarray | None = None):
         resp = data["lens"] - data["prompt_len"]
-        keep = np.flatnonzero((resp >= 3) & (data["prompt_len"] + 2 < max_len))
+        ok = (resp >= 3) & (data["prompt_len"] + 2 < max_len)
+        if drop is not None:  # rows whose prompt holds an evaluation or benchmark prompt (holdout.py)
+            ok &= ~drop
+        keep = np.flatnonzero(ok)
         rng = np.random.default_rng(seed)
         rng.shuffle(keep)
         n_hold = int(len(keep) * holdout)
@@ -345,7 +351,11 @@ def main(argv=None):
     log(f"target loaded on {device}")
     layer_ids = [int(x) for x in args.target_layers.split(",")]
     data = load_shards(args.data)
-    rows = Rows(data, args.max_len, args.holdout, args.seed, args.copy_weight)
+    # the committed runs predate the frozen evaluation set: its prompts (and the benchmark's) are dropped here too
+    drop = keep_out.held_token_rows((data["tokens"][s:s + p] for s, p in zip(data["starts"], data["prompt_len"])),
+                                    args.gguf)
+    log(f"dropped {int(drop.sum())} rows whose prompt holds an evaluation or benchmark prompt")
+    rows = Rows(data, args.max_len, args.holdout, args.seed, args.copy_weight, drop)
     resp = int((data["lens"][rows.train] - data["prompt_len"][rows.train]).sum())
     log(f"rows: {len(rows.train)} train ({resp} response tokens), {len(rows.holdout)} held out")
     copy = rows.copy_stats()
