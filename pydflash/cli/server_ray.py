@@ -41,7 +41,7 @@ def run(address: str, models, host: str = "127.0.0.1", port: int = 8080, api_key
     import ray
     from ray import serve
 
-    from ..serve.ray import build
+    from ..server.ray.app import build
 
     ray.init(address=address, include_dashboard=False if address == "local" else None, log_to_driver=False)
     # stop as on Ctrl-C, also while Serve still deploys (after ray.init, whose own SIGTERM handler aborts)

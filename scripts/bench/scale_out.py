@@ -1,22 +1,29 @@
 #!/usr/bin/env python3
-"""Scale-out on Ray Serve: aggregate tok/s at 1 and 2 engine replicas, and what Ray adds per request.
+"""Past one GPU, measured through HTTP on one host: engine replicas behind Ray Serve, and one target split in two.
 
-One run measures three conditions side by side on one preset (the embedded Gemma-3-270M pair unless ``--tiny``):
+``--part replicas``: ``pydflash-server --ray auto`` with 1 and with 2 engine replicas (``--replicas``), each pinned to
+a GPU of its own (the Ray app asks ``num_gpus: 1`` per replica whenever the preset has GPU layers, and Ray then sets
+``CUDA_VISIBLE_DEVICES`` in the replica), against a direct ``pydflash-server`` on GPU 0 (``--no-direct`` skips it).
+The benchmark starts the Ray instance (``ray.init``) and each server joins it, so that it can read Serve's replica
+states and stop Serve between conditions.
 
-- ``direct``: ``pydflash-server --config models.toml`` (router + one worker process), the reference;
-- ``serve-1`` / ``serve-2``: ``pydflash.server.ray.app`` on a local Ray instance with 1 and 2 engine replicas, each
-  replica holding the preset (``--threads`` llama.cpp threads, the same number of Ray CPUs).
+``--part split``: one target split over two GPUs (scripts/bench/rpc_split.py): llama.cpp's layer split, llama.cpp
+RPC to a ``ggml-rpc-server`` on the second GPU, and native llama-server ``-sm layer``; plain against speculative.
 
-For each condition and each concurrency C, C clients each send N streamed completions one after another
-(``scripts/bench/server_load.py``'s clients and summary: aggregate tok/s over the level's wall time, TTFT, frame gaps),
-after one untimed warm-up round. Then the latency probe: ``--latency-requests`` sequential non-streamed requests
-for one token (a short prompt: prefill + one step), whose median is the per-request cost of the path. Conditions
-are interleaved by round (``--rounds``); the medians over rounds go to the table.
+Both parts send the frozen fresh prompt set (scripts/bench/prompts_fresh_v1.jsonl) as streamed completions: at
+each level C, C clients each send ``--requests`` requests one after another (client i starts at prompt i * 78 / C
+and walks the set), after one untimed warm-up round. Reported per level: aggregate tok/s (the servers'
+``usage.completion_tokens`` over the level's wall time), TTFT p50/p99, the requests each replica answered
+(``X-Pydflash-Replica``), and per GPU the memory in use while the condition ran (placement, read from nvidia-smi).
 
-    .venv/bin/python scripts/bench/scale_out.py                      # writes docs/results/2026-12-01-cpu/scale_out_cpu.json + the table
-    .venv/bin/python scripts/bench/scale_out.py --tiny --clients 1,4 --no-doc   # a quick smoke run
+    # 2-GPU host (scripts/device/remote.sh scaleout): default pair, -ngl -1, 1-32 clients
+    python scripts/bench/scale_out.py --part replicas --server-args "-ngl -1" --clients 1,2,4,8,16,32
+    python scripts/bench/scale_out.py --part split --target T.gguf --drafter D.gguf --llama-server PATH
+    # CPU plumbing check (tests/test_scale_out_dryrun.py runs the same code paths)
+    python scripts/bench/scale_out.py --part replicas --tiny --clients 1,4 --no-direct
 
-The table is written into docs/scale-out.md between the ``bench_scale_out`` markers.
+Writes ``--out`` (JSON) and the tables next to it (``.md``); ``--doc`` also puts them into docs/scale-out.md
+between the ``bench_scale_out_<part>`` markers.
 """
 
 from __future__ import annotations
@@ -26,238 +33,275 @@ import asyncio
 import json
 import os
 import pathlib
+import shlex
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 
 import httpx
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from results import default_out, results_dir  # noqa: E402,F401  (scripts/ is not a package)
-from server_load import (  # noqa: E402
-    PROMPTS, Server, fmt, machine, ms, pct, stream_completion, summarize, tree_commit,
-)
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # scripts/ is not a package
+from http_vs_native import fresh_prompts, walk_index  # noqa: E402
+from results import default_out  # noqa: E402
+from server_load import Server, fmt, machine, ms, pct, stream_completion, summarize, tree_commit  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "scale-out.md"
-BEGIN, END = "<!-- bench_scale_out:begin -->", "<!-- bench_scale_out:end -->"
+REPLICA = "x-pydflash-replica"
+PROBES = 3  # greedy requests per condition whose texts are compared across conditions
+TARGET_REPLICAS = (16, 1.8)  # 2 replicas >= 1.8x one replica at 16+ clients (docs/scale-out.md)
 
 
-def write_models(folder: pathlib.Path, a: argparse.Namespace) -> pathlib.Path:
-    if a.tiny:
-        from pydflash.factory import write_tiny_pair
-
-        pair = write_tiny_pair(folder / "tiny", arch="gemma3", seed=0)
-        target, drafter = f'"{pair.target}"', f'"{pair.drafter}"'
-    else:
-        target, drafter = '"embedded"', None
-    lines = ['["bench"]', f"target = {target}", f"n_slots = {a.slots}", f"n_ctx_slot = {a.ctx}",
-             f"n_threads = {a.threads}"]
-    if drafter:
-        lines.append(f"drafter = {drafter}")
-    path = folder / "models.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+# --- clients (both parts) -----------------------------------------------------------------------------------------
+def model_id(base: str) -> str:
+    """The served model's name (the default preset's; a llama-server's own), for the request bodies."""
+    r = httpx.get(base + "/v1/models", timeout=30)
+    r.raise_for_status()
+    return r.json()["data"][0]["id"]
 
 
-# --- one condition ----------------------------------------------------------------------------------------------
-async def level(base: str, clients: int, a: argparse.Namespace) -> dict:
+async def level(base: str, clients: int, a: argparse.Namespace, body: dict) -> dict:
+    """C clients x ``a.requests`` streamed requests over the fresh prompts, after an untimed warm-up round."""
+    prompts = fresh_prompts()
     limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
-    served: dict[str, int] = {}  # timed requests per engine replica (X-Pydflash-Replica; direct: none)
+    served: dict[str, int] = {}  # timed requests per engine replica (a direct server sends no header)
     timed = False
 
     async def count(resp: httpx.Response) -> None:
         if timed:
-            name = resp.headers.get("x-pydflash-replica", "direct").rsplit("#", 1)[-1]
+            name = resp.headers.get(REPLICA, "direct")
             served[name] = served.get(name, 0) + 1
 
     async with httpx.AsyncClient(base_url=base, timeout=httpx.Timeout(600.0), limits=limits,
                                  event_hooks={"response": [count]}) as client:
-        body = {"model": "bench", "max_tokens": a.tokens, "temperature": 0, "ignore_eos": True}
-        await asyncio.gather(*(stream_completion(client, {**body, "prompt": PROMPTS[i % len(PROMPTS)]})
-                               for i in range(clients)))  # warm-up, untimed
+        n = len(prompts)
+        await asyncio.gather(*(stream_completion(client, {**body, "prompt": prompts[walk_index(n, clients, i, 0)]})
+                               for i in range(clients)))
 
         async def one_client(i: int) -> list[dict]:
-            return [await stream_completion(client, {**body, "prompt": PROMPTS[(i * a.requests + j) % len(PROMPTS)]})
-                    for j in range(a.requests)]
+            return [await stream_completion(client, {**body, "prompt": prompts[walk_index(n, clients, i, 1 + k)]})
+                    for k in range(a.requests)]
 
         timed = True
         t0 = time.perf_counter()
         runs = [r for rs in await asyncio.gather(*(one_client(i) for i in range(clients))) for r in rs]
-        return {**summarize(runs, time.perf_counter() - t0, clients), "per_replica": sorted(served.values())}
+        wall = time.perf_counter() - t0
+    ttft = [r["frames"][0] - r["t0"] for r in runs if r["frames"]]
+    return {**summarize(runs, wall, clients), "ttft_ms_p99": ms(pct(ttft, 0.99)), "per_replica": served}
 
 
-def latency(base: str, n: int) -> dict:
-    """Sequential one-token requests: the cost of the path with the least engine work."""
-    body = {"model": "bench", "prompt": "Hello", "max_tokens": 1, "temperature": 0}
-    out = []
-    with httpx.Client(base_url=base, timeout=60) as c:
-        for i in range(n + 3):
-            t0 = time.perf_counter()
-            r = c.post("/v1/completions", json=body)
+def probe_texts(base: str, body: dict, n: int) -> list[str]:
+    """Greedy non-streamed answers to the first n fresh prompts: what the conditions' outputs are compared on."""
+    with httpx.Client(base_url=base, timeout=600) as c:
+        out = []
+        for prompt in fresh_prompts()[:n]:
+            r = c.post("/v1/completions", json={**body, "prompt": prompt})
             r.raise_for_status()
-            if i >= 3:  # the first few warm the connection and the prompt cache
-                out.append(time.perf_counter() - t0)
-    return {"n": n, "p50_ms": ms(pct(out, 0.5)), "p90_ms": ms(pct(out, 0.9))}
+            out.append(r.json()["choices"][0]["text"])
+    return out
 
 
-def measure(base: str, a: argparse.Namespace) -> dict:
-    load = os.getloadavg()[0]  # the machine is shared: what else ran shows here
-    levels = [asyncio.run(level(base, c, a)) for c in a.clients]
-    return {"loadavg_1min_at_start": load, "levels": levels, "latency": latency(base, a.latency_requests)}
+def measure(base: str, a: argparse.Namespace, clients: list[int], probes: int = 0) -> dict:
+    body = {"model": model_id(base), "max_tokens": a.tokens, "temperature": 0, "ignore_eos": True}
+    texts = probe_texts(base, body, probes)
+    levels = []
+    for c in clients:
+        levels.append(asyncio.run(level(base, c, a, body)))
+        print(f"  c={c}: {levels[-1]['tok_per_s']} tok/s, TTFT p50 {levels[-1]['ttft_ms_p50']} ms, "
+              f"replicas {sorted(levels[-1]['per_replica'].values())}", file=sys.stderr, flush=True)
+    return {"loadavg_1min_at_start": os.getloadavg()[0], "gpu_mib": gpu_memory(), "texts": texts, "levels": levels}
 
 
-def run_direct(cfg: pathlib.Path, a: argparse.Namespace, log_dir: pathlib.Path) -> dict:
-    srv = Server(["--config", str(cfg), "--max-resident", "1"], log_dir / "direct.log", ready_timeout=300)
+def gpu_memory() -> list[int] | None:
+    """MiB in use on each GPU now (None without nvidia-smi): which GPUs a condition's models landed on."""
     try:
-        return measure(srv.base, a)
-    finally:
-        srv.stop()
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20).stdout
+        return [int(x) for x in out.split()] or None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
 
 
-def run_serve(cfg: pathlib.Path, replicas: int, a: argparse.Namespace, base: str) -> dict:
+# --- part 1: replicas ---------------------------------------------------------------------------------------------
+def preset_args(a: argparse.Namespace, work: pathlib.Path) -> list[str]:
+    """The server flags of the preset: the default pair with ``--server-args`` (``-ngl -1`` on a GPU), or a tiny
+    factory pair for a plumbing run."""
+    args = shlex.split(a.server_args)
+    if a.tiny:
+        from pydflash.factory import write_tiny_pair
+
+        pair = write_tiny_pair(work / "tiny", arch="gemma3", seed=0)
+        args = ["-m", str(pair.target), "-md", str(pair.drafter), "-c", "2048", *args]
+    return args
+
+
+def start_direct(args: list[str], log: pathlib.Path) -> Server:
+    # one GPU: llama.cpp would otherwise split the model over every visible GPU by layer
+    return Server(args, log, ready_timeout=300, env={"CUDA_VISIBLE_DEVICES": "0"})
+
+
+def start_serve(args: list[str], replicas: int, log: pathlib.Path) -> Server:
+    """``pydflash-server --ray auto``: joins the Ray instance this process started."""
+    return Server(["--ray", "auto", "--ray-replicas", str(replicas), *args], log, ready_timeout=600)
+
+
+def replica_states() -> dict:
+    """Serve's view of the engine deployment: {"RUNNING": n, ...}."""
     from ray import serve
 
-    from pydflash.server.preset import ServerModels
-    from pydflash.server.ray.app import build
+    from pydflash.server.ray.app import ENGINE
 
-    app = build(ServerModels.from_toml(cfg), max_models_per_replica=1,
-                engine_options={"num_replicas": replicas, "ray_actor_options": {"num_cpus": a.threads}})
-    serve.run(app, name="bench", route_prefix="/")
+    app = serve.status().applications.get("pydflash")
+    dep = app.deployments.get(ENGINE) if app else None
+    return {str(k): v for k, v in dep.replica_states.items()} if dep else {}
+
+
+def stop_serve(srv: Server) -> None:
+    """Stop the server (which deletes its app) and Serve with it, so that the next condition's server starts
+    Serve's HTTP proxy on its own port."""
+    from ray import serve
+
+    srv.stop()
+    serve.shutdown()
+
+
+def run_replicas(a: argparse.Namespace, work: pathlib.Path) -> dict:
+    import ray
+
+    args = preset_args(a, work)
+    conds = (["direct"] if a.direct else []) + [f"serve-{r}" for r in a.replicas]
+    rounds = []
+    ray.init(num_cpus=a.ray_cpus or None, include_dashboard=False, log_to_driver=False)
     try:
-        return measure(base, a)
+        for rnd in range(a.rounds):
+            res = {}
+            for cond in conds:
+                print(f"round {rnd + 1}: {cond}", file=sys.stderr, flush=True)
+                log = work / f"{cond}.{rnd}.log"
+                if cond == "direct":
+                    srv = start_direct(args, log)
+                    try:
+                        res[cond] = measure(srv.base, a, a.clients, probes=PROBES)
+                    finally:
+                        srv.stop()
+                    continue
+                srv = start_serve(args, int(cond.split("-")[1]), log)
+                try:
+                    res[cond] = {"replica_states": replica_states(), **measure(srv.base, a, a.clients, PROBES)}
+                finally:
+                    stop_serve(srv)
+            rounds.append(res)
     finally:
-        serve.delete("bench")
+        ray.shutdown()
+    first = rounds[0]
+    same = {c: first[c]["texts"] == first[conds[0]]["texts"] for c in conds[1:]}
+    return {"server_args": args, "conditions": conds, "rounds": rounds, "ray": ray.__version__,
+            f"texts_equal_{conds[0]}": same}
 
 
 # --- report -------------------------------------------------------------------------------------------------------
-def median_level(rounds: list[dict], cond: str, i: int, key: str):
-    xs = [r[cond]["levels"][i][key] for r in rounds if r[cond]["levels"][i][key] is not None]
+def med(rounds: list[dict], cond: str, i: int, key: str):
+    xs = [r[cond]["levels"][i][key] for r in rounds if cond in r and r[cond]["levels"][i].get(key) is not None]
     return round(statistics.median(xs), 2) if xs else None
 
 
-def median_latency(rounds: list[dict], cond: str, key: str):
-    return round(statistics.median(r[cond]["latency"][key] for r in rounds), 2)
+def ratio(x, y) -> float | None:
+    return round(x / y, 2) if x and y else None
 
 
-def split(rounds: list[dict], cond: str, i: int) -> str:
-    """How the timed requests spread over the replicas, per round: " (4/4, 3/5)"; nothing for one replica."""
-    n = int(cond.split("-")[1]) if cond.startswith("serve-") else 1
-    if n < 2:
-        return ""
-    per = [r[cond]["levels"][i].get("per_replica", []) for r in rounds]
-    return " (" + ", ".join("/".join(map(str, [0] * (n - len(p)) + p)) for p in per) + ")"
-
-
-def ratio(x, y) -> str:
-    return f"{x / y:.2f}" if x and y else "-"
-
-
-def markdown(report: dict) -> str:
-    a, rounds = report["args"], report["rounds"]
-    conds = ["direct"] + [f"serve-{r}" for r in a["replicas"]]
-    names = {"direct": "direct pydflash-server", **{f"serve-{r}": f"Serve, {r} replica{'s' * (r > 1)}"
-                                                     for r in a["replicas"]}}
-    m = report["machine"]
-    out = [f"Measured by `scripts/bench/scale_out.py {' '.join(report['argv'])}` at {report['commit']}, "
-           f"{report['date']}: {m['cpu']}, {m['cores_usable']} usable cores (shared; load average at start "
-           f"{', '.join(f'{x:.1f}' for x in m['loadavg_at_start'])}), Ray {report['ray']}. Preset: "
-           f"{'the tiny factory gemma3 pair' if a['tiny'] else 'the embedded Gemma-3-270M Q4_K_M + shipped drafter'}"
-           f", {a['slots']} slots of {a['ctx']} tokens, {a['threads']} llama.cpp thread(s) per engine (and per "
-           f"replica as Ray CPUs); {a['requests']} streamed requests of {a['tokens']} tokens per client; median of "
-           f"{len(rounds)} round(s), conditions interleaved per round. Raw numbers: `{report['json']}`.", "",
-           "| clients | " + " | ".join(f"{names[c]} tok/s" for c in conds) + " | "
-           + " | ".join(f"{r} / 1 replica" for r in a["replicas"] if r > 1) + " | 1 replica / direct |",
-           "|---" * (len(conds) + len([r for r in a["replicas"] if r > 1]) + 2) + "|"]
-    for i, c in enumerate(a["clients"]):
-        tps = {k: median_level(rounds, k, i, "tok_per_s") for k in conds}
-        row = [str(c)] + [fmt(tps[k]) + split(rounds, k, i) for k in conds]
-        row += [f"**{ratio(tps[f'serve-{r}'], tps['serve-1'])}**" for r in a["replicas"] if r > 1]
-        row.append(ratio(tps["serve-1"], tps["direct"]))
+def replicas_markdown(rep: dict, clients: list[int]) -> str:
+    rounds, conds = rep["rounds"], rep["conditions"]
+    multi = [c for c in conds if c.startswith("serve-") and c != "serve-1"]
+    head = "| clients | " + " | ".join(f"{c} tok/s | {c} TTFT p50 / p99 ms" for c in conds)
+    head += "".join(f" | {c} / serve-1" for c in multi) + " |"
+    out = [head, "|---" * (1 + 2 * len(conds) + len(multi)) + "|"]
+    for i, n in enumerate(clients):
+        row = [str(n)]
+        for c in conds:
+            spread = "/".join(str(v) for r in rounds for v in sorted(r[c]["levels"][i]["per_replica"].values())
+                              ) if c in multi else ""
+            row += [fmt(med(rounds, c, i, "tok_per_s")) + (f" ({spread})" if spread else ""),
+                    f"{fmt(med(rounds, c, i, 'ttft_ms_p50'))} / {fmt(med(rounds, c, i, 'ttft_ms_p99'))}"]
+        row += [f"**{fmt(ratio(med(rounds, c, i, 'tok_per_s'), med(rounds, 'serve-1', i, 'tok_per_s')))}**"
+                for c in multi]
         out.append("| " + " | ".join(row) + " |")
-    loads = "; ".join(", ".join(f"{k} {r[k].get('loadavg_1min_at_start', 0):.1f}" for k in conds) for r in rounds)
-    out += ["", f"Load average (1 min) when each condition started, by round: {loads}.",
-            "", "Per request, one client (what the Ray path adds over the direct server):", "",
-            "| | " + " | ".join(names[c] for c in conds) + " | Ray adds (1 replica - direct) |",
-            "|---" * (len(conds) + 2) + "|"]
-    lat = {k: median_latency(rounds, k, "p50_ms") for k in conds}
-    out.append(f"| one-token request, p50 ms ({a['latency_requests']} sequential) | "
-               + " | ".join(fmt(lat[k]) for k in conds) + f" | {lat['serve-1'] - lat['direct']:+.1f} ms |")
-    if 1 in a["clients"]:
-        i = a["clients"].index(1)
-        for key, label in (("ttft_ms_p50", "streamed TTFT p50, ms"), ("gap_ms_p50", "gap between frames p50, ms")):
-            v = {k: median_level(rounds, k, i, key) for k in conds}
-            delta = f"{v['serve-1'] - v['direct']:+.2f} ms" if v["serve-1"] and v["direct"] else "-"
-            out.append(f"| {label} | " + " | ".join(fmt(v[k]) for k in conds) + f" | {delta} |")
+    gpus = "; ".join(f"{c}: {r[c].get('gpu_mib')}" for r in rounds[:1] for c in conds)
+    states = "; ".join(f"{c}: {r[c]['replica_states']}" for r in rounds[:1] for c in conds if c.startswith("serve"))
+    same = ", ".join(f"{c} {'yes' if v else 'NO'}" for c, v in rep[f"texts_equal_{conds[0]}"].items())
+    out += ["", f"GPU memory in use (MiB per GPU, first round): {gpus}. Serve's engine replicas: {states}. "
+            f"Requests per replica in brackets (all rounds). Greedy texts of {PROBES} probes equal to "
+            f"{conds[0]}'s: {same or '-'}. Server flags: `{' '.join(rep['server_args']) or '(defaults)'}`; "
+            f"Ray {rep['ray']}."]
     return "\n".join(out) + "\n"
 
 
-def write_doc(table: str, doc: pathlib.Path) -> None:
-    text = doc.read_text(encoding="utf-8") if doc.exists() else ""
-    block = f"{BEGIN}\n{table}{END}"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
+def write_doc(part: str, table: str) -> None:
+    begin, end = f"<!-- bench_scale_out_{part}:begin -->", f"<!-- bench_scale_out_{part}:end -->"
+    text = DOC.read_text(encoding="utf-8")
+    block = f"{begin}\n{table}{end}"
+    if begin in text and end in text:
+        text = text.split(begin, 1)[0] + block + text.split(end, 1)[1]
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
-    doc.write_text(text, encoding="utf-8")
+    DOC.write_text(text, encoding="utf-8")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
-    p.add_argument("--clients", type=ints, default=[1, 4, 8], help="concurrency levels (default 1,4,8)")
-    p.add_argument("--replicas", type=ints, default=[1, 2], help="engine replica counts (default 1,2; must hold 1)")
-    p.add_argument("--requests", type=int, default=2, help="streamed requests per client (default 2)")
-    p.add_argument("--tokens", type=int, default=64, help="max_tokens per request (default 64)")
-    p.add_argument("--slots", type=int, default=4, help="slots per engine (default 4)")
-    p.add_argument("--ctx", type=int, default=1024, help="context per slot (default 1024)")
-    p.add_argument("--threads", type=int, default=1, help="llama.cpp threads per engine = Ray CPUs per replica")
-    p.add_argument("--latency-requests", type=int, default=30, help="sequential one-token requests (default 30)")
-    p.add_argument("--rounds", type=int, default=1, help="rounds over all conditions (default 1)")
-    p.add_argument("--tiny", action="store_true", help="the tiny factory pair instead of Gemma-3-270M (smoke runs)")
-    p.add_argument("--out", default=default_out("scale_out.json"), help="JSON report (relative to the repo)")
-    p.add_argument("--no-doc", action="store_true", help=f"do not write the table into {DOC.relative_to(REPO)}")
+    ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
+    p.add_argument("--part", choices=("replicas", "split"), required=True)
+    p.add_argument("--clients", type=ints, default=[1, 2, 4, 8, 16, 32], help="replicas: concurrency levels")
+    p.add_argument("--requests", type=int, default=2, help="streamed requests per client per level (default 2)")
+    p.add_argument("--tokens", type=int, default=128, help="max_tokens per request, ignore_eos (default 128)")
+    p.add_argument("--rounds", type=int, default=1, help="rounds over all conditions (medians reported)")
+    r = p.add_argument_group("replicas")
+    r.add_argument("--replicas", type=ints, default=[1, 2], help="engine replica counts (must hold 1)")
+    r.add_argument("--server-args", default="", help="pydflash-server flags of the preset (GPU: \"-ngl -1\")")
+    r.add_argument("--tiny", action="store_true", help="a tiny factory pair instead of the default pair (CPU)")
+    r.add_argument("--no-direct", dest="direct", action="store_false", help="skip the direct pydflash-server")
+    r.add_argument("--ray-cpus", type=float, default=0, help="CPUs of the Ray instance (default: all)")
+    s = p.add_argument_group("split (scripts/bench/rpc_split.py)")
+    s.add_argument("--target", help="the target GGUF to split (default: the 4B-scale factory target)")
+    s.add_argument("--drafter", help="its DFlash drafter GGUF")
+    s.add_argument("--split-clients", type=ints, default=[1, 4], help="split: concurrency levels (default 1,4)")
+    s.add_argument("--only", default="", help="split: comma-separated conditions (default: all that can run)")
+    s.add_argument("--synth-len", type=float, default=5.0,
+                   help="split: the synthetic acceptance of the spec-synth conditions (0 = none)")
+    s.add_argument("--llama-server", help="split: native llama-server for the -sm layer baseline")
+    s.add_argument("--threads", type=int, default=0, help="split: pydflash-server -t (0 = llama.cpp's default)")
+    p.add_argument("--out", default=default_out("scale_out.json"), help="JSON report; the tables go next to it")
+    p.add_argument("--doc", action="store_true", help=f"also write the tables into {DOC.relative_to(REPO)}")
     a = p.parse_args(argv)
-    if 1 not in a.replicas:
-        p.error("--replicas must include 1 (the ratios are against one replica)")
+    if a.part == "replicas" and 1 not in a.replicas:
+        p.error("--replicas must include 1 (the scaling factor is against one replica)")
     return a
 
 
 def main(argv=None) -> int:
     a = parse_args(argv)
-    import ray
-    from ray import serve
-
-    from server_load import free_port
-
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench-scale-out-"))
-    cfg = write_models(work, a)
     report = {"argv": sys.argv[1:] if argv is None else list(argv), "commit": tree_commit(), "machine": machine(),
-              "date": time.strftime("%Y-%m-%d"), "ray": ray.__version__, "json": a.out,
-              "args": {k: v for k, v in vars(a).items() if k not in ("out", "no_doc")}, "rounds": []}
-    port = free_port()
-    ray.init(num_cpus=max(a.replicas) * a.threads, include_dashboard=False, log_to_driver=False)
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        for rnd in range(a.rounds):
-            res = {"direct": run_direct(cfg, a, work)}
-            print(f"round {rnd + 1}: direct {[lv['tok_per_s'] for lv in res['direct']['levels']]} tok/s",
-                  file=sys.stderr, flush=True)
-            for r in a.replicas:
-                res[f"serve-{r}"] = run_serve(cfg, r, a, f"http://127.0.0.1:{port}")
-                print(f"round {rnd + 1}: serve-{r} {[lv['tok_per_s'] for lv in res[f'serve-{r}']['levels']]} tok/s",
-                      file=sys.stderr, flush=True)
-            report["rounds"].append(res)
-    finally:
-        serve.shutdown()
-        ray.shutdown()
-    (REPO / a.out).write_text(json.dumps(report, indent=1) + "\n")
-    table = markdown(report)
-    print(table)
-    if not a.no_doc:
-        write_doc(table, DOC)
+              "date": time.strftime("%Y-%m-%d"), "part": a.part, "logs": str(work)}
+    if a.part == "replicas":
+        report["replicas"] = run_replicas(a, work)
+        table = replicas_markdown(report["replicas"], a.clients)
+    else:
+        import rpc_split
+
+        report["split"] = rpc_split.run_split(a, work, measure)
+        table = rpc_split.split_markdown(report["split"], a.split_clients)
+    head = (f"Measured by `scripts/bench/scale_out.py {' '.join(report['argv'])}` at {report['commit']}, "
+            f"{report['date']}: {report['machine']['cpu']}, {report['machine']['cores_usable']} cores, GPU "
+            f"{report['machine'].get('gpu') or 'none'}. Raw numbers: `{a.out}`.\n\n")
+    out = pathlib.Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n")
+    out.with_suffix(".md").write_text(head + table)
+    print(head + table)
+    if a.doc:
+        write_doc(a.part, head + table)
     return 0
 
 
