@@ -121,7 +121,8 @@ class ShardWriter:
 
 
 def load_shards(folder: str) -> dict[str, np.ndarray]:
-    """Every shard of a folder (or of several, comma-separated) as one ragged set of rows."""
+    """Every shard of a folder (or of several, comma-separated) as one ragged set of rows; with topk.py's soft
+    labels when every shard has them (``resp_starts``: where each row's response positions start in them)."""
     parts = []
     for d in folder.split(","):
         for name in sorted(os.listdir(d)):
@@ -134,8 +135,16 @@ def load_shards(folder: str) -> dict[str, np.ndarray]:
     bases = np.cumsum([0] + [len(p["tokens"]) for p in parts[:-1]])  # where each shard's tokens start in `tokens`
     starts = np.concatenate([p["offsets"][:-1] + base for p, base in zip(parts, bases)])
     lens = np.concatenate([np.diff(p["offsets"]) for p in parts])
-    return {"tokens": tokens, "starts": starts.astype(np.int64), "lens": lens.astype(np.int64),
-            **{k: np.concatenate([p[k] for p in parts]) for k in ("prompt_len", "kind", "index")}}
+    out = {"tokens": tokens, "starts": starts.astype(np.int64), "lens": lens.astype(np.int64),
+           **{k: np.concatenate([p[k] for p in parts]) for k in ("prompt_len", "kind", "index")}}
+    if all("topk_ids" in p for p in parts):  # topk.py's soft labels, one row per response position
+        resp = (lens - out["prompt_len"]).astype(np.int64)
+        if sum(len(p["topk_ids"]) for p in parts) != int(resp.sum()):
+            raise ValueError(f"{folder}: topk arrays do not cover the response positions")
+        out["resp_starts"] = np.concatenate([[0], np.cumsum(resp)[:-1]]).astype(np.int64)
+        out["topk_ids"] = np.concatenate([p["topk_ids"] for p in parts])
+        out["topk_logp"] = np.concatenate([p["topk_logp"] for p in parts])
+    return out
 
 
 def run(args) -> dict:
