@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .distill import topk_kl
 from .target import rope_neox
 
 
@@ -218,7 +219,8 @@ def position_weights(block: int, gamma: float = 7.0, device=None) -> torch.Tenso
 
 def draft_logits_loss(model: DFlashDrafter, embd: torch.Tensor, feats: torch.Tensor, tokens: torch.Tensor,
                       valid_len: torch.Tensor, anchors: torch.Tensor, head_chunk: int = 8192,
-                      teacher: torch.Tensor | None = None, topk: int = 0, alpha: float = 0.0):
+                      teacher: torch.Tensor | None = None, topk: int = 0, alpha: float = 0.0,
+                      soft: tuple[torch.Tensor, torch.Tensor] | None = None, soft_weight: float = 0.0):
     """Weighted cross-entropy of one batch of draft blocks.
 
     embd: target embedding / head [V, D]; feats: [B, L, K*D]; tokens: [B, L]; valid_len: [B]
@@ -227,6 +229,9 @@ def draft_logits_loss(model: DFlashDrafter, embd: torch.Tensor, feats: torch.Ten
     With it, each position's loss is (1 - alpha) x the cross-entropy on the hard label + alpha x the cross-entropy
     on the target's distribution over its topk tokens (renormalized): top-k logit distillation, which also
     tells the drafter which other tokens the target found likely, not only its argmax.
+    soft: the target's stored top-k at each token position ([B, L, k] ids, [B, L, k] log-probabilities:
+    distill.dense_soft); with it, each position's loss is (1 - soft_weight) x the hard-label cross-entropy +
+    soft_weight x distill.topk_kl (stored distillation: the GGUF target's own probabilities).
     Returns (loss, stats dict with per-position top-1 accuracy [block]).
     """
     c = model.config
@@ -251,6 +256,10 @@ def draft_logits_loss(model: DFlashDrafter, embd: torch.Tensor, feats: torch.Ten
     if distill:  # the target's state where each label was predicted: position q_pos - 1, whose token is q_pos's label
         t_pos = (lab_pos - 1).clamp(min=0)
         th = teacher.gather(1, t_pos[..., None].expand(-1, -1, teacher.shape[-1])).reshape(-1, teacher.shape[-1])[keep]
+    stored = soft is not None and soft_weight > 0
+    if stored:  # the stored top-k that predicted each label: entry q_pos of its row
+        k = soft[0].shape[-1]
+        s_ids, s_logp = (x.gather(1, lab_pos[..., None].expand(-1, -1, k)).reshape(-1, k)[keep] for x in soft)
     pos_in_blk = torch.arange(blk, device=tokens.device).repeat(M)[None].expand(B, -1).reshape(-1)[keep]
     total = h.new_zeros((), dtype=torch.float32)
     hits = torch.zeros(blk, device=tokens.device)
@@ -262,8 +271,11 @@ def draft_logits_loss(model: DFlashDrafter, embd: torch.Tensor, feats: torch.Ten
             with torch.no_grad():
                 t_val, t_ids = (th[s:s + head_chunk] @ embd.T).float().topk(topk, dim=-1)
                 t_p = torch.softmax(t_val, dim=-1)
-            soft = -(t_p * torch.log_softmax(lg, dim=-1).gather(1, t_ids)).sum(-1)
-            ce = (1.0 - alpha) * ce + alpha * soft
+            port_ce = -(t_p * torch.log_softmax(lg, dim=-1).gather(1, t_ids)).sum(-1)
+            ce = (1.0 - alpha) * ce + alpha * port_ce
+        if stored:
+            kl = topk_kl(lg, s_ids[s:s + head_chunk], s_logp[s:s + head_chunk])
+            ce = (1.0 - soft_weight) * ce + soft_weight * kl
         total = total + (ce * w[s:s + head_chunk]).sum()
         with torch.no_grad():
             hit = (lg.argmax(-1) == labels[s:s + head_chunk]).float()

@@ -24,6 +24,9 @@ memory: 20 M tokens of features would take 128 GB.
   starting weights and the result, per kind.
 - ``--distill-topk K`` adds top-k logit distillation: the port's final state gives the target's distribution over
   its K likeliest tokens at each label, and ``--distill-weight`` of each position's loss is the cross-entropy on it.
+  ``--distill-stored W`` instead mixes in the KL to the GGUF target's own top-k, stored in the shards by ``topk.py``
+  (``distill.py``): (1 - W) hard-label cross-entropy + W KL. Both are off by default until a held-out run shows they
+  raise tau.
   ``--schedule constant`` keeps the peak LR after the warmup (two cosine continuations of version 4, at 5e-4 and
   1.5e-4, first lost held-out tau: docs/drafter.md).
 
@@ -42,6 +45,7 @@ import torch
 
 from . import holdout as keep_out
 from .copying import COPY_NGRAM, COPY_ROW_SHARE, copy_shares
+from .distill import dense_soft
 from .drafter import DFlashDrafter, DrafterConfig, draft_logits_loss
 from .evaluate import evaluate
 from .generate import KINDS, load_shards
@@ -265,6 +269,10 @@ def train(model, embd, target, rows: Rows, layer_ids, args, log, device, best: B
             f, teacher = features_and_teacher(target, tok, layer_ids, dtype=feature_dtype(device))
         else:
             f, teacher = features(target, tok, layer_ids, dtype=feature_dtype(device)), None
+        soft = None
+        if args.distill_stored:
+            soft = dense_soft(rows.data, [(i, int(rows.data["prompt_len"][i]), len(rows.row(i)[0])) for i in idx],
+                              tok.shape[1], device)
         hi = (lens - 2).clamp(min=0)
         anchors = starts[:, None] + (torch.rand(len(idx), args.anchors, device=device)
                                      * (hi - starts + 1).clamp(min=1)[:, None]).long()
@@ -273,7 +281,8 @@ def train(model, embd, target, rows: Rows, layer_ids, args, log, device, best: B
             # a smaller head chunk with distillation: the teacher's logits take as much memory again
             loss, st = draft_logits_loss(model, embd, f, tok, lens, anchors,
                                          head_chunk=8192 if teacher is None else 4096, teacher=teacher,
-                                         topk=args.distill_topk, alpha=args.distill_weight)
+                                         topk=args.distill_topk, alpha=args.distill_weight,
+                                         soft=soft, soft_weight=args.distill_stored)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -315,6 +324,9 @@ def main(argv=None):
                     help="top-k logit distillation: the target's distribution over its k likeliest tokens (0: off)")
     ap.add_argument("--distill-weight", type=float, default=0.5,
                     help="share of the distillation term in each position's loss (the rest: the hard label)")
+    ap.add_argument("--distill-stored", type=float, default=0.0,
+                    help="weight of the KL to the target's stored top-k (topk.py: the GGUF's own probabilities) "
+                         "against the hard label's cross-entropy (0: off)")
     ap.add_argument("--token-budget", type=int, default=24576, help="row tokens per step (prompt + response)")
     ap.add_argument("--max-rows", type=int, default=64)
     ap.add_argument("--anchors", type=int, default=16, help="draft blocks per row")
@@ -336,6 +348,8 @@ def main(argv=None):
         ap.error("--keep-layers picks layers of --init's drafter")
     if args.copy_weight <= 0:
         ap.error("--copy-weight must be above 0")
+    if not 0 <= args.distill_stored <= 1 or (args.distill_stored and args.distill_topk):
+        ap.error("--distill-stored is a weight in [0, 1], and excludes --distill-topk (the port's teacher)")
     device = torch.device(args.device)
     os.makedirs(args.out, exist_ok=True)
     log = Log(os.path.join(args.out, "train.log"))
@@ -351,6 +365,8 @@ def main(argv=None):
     log(f"target loaded on {device}")
     layer_ids = [int(x) for x in args.target_layers.split(",")]
     data = load_shards(args.data)
+    if args.distill_stored and "topk_ids" not in data:
+        raise ValueError(f"--distill-stored: the shards of {args.data} carry no top-k (python -m pydflash.train.topk)")
     # the committed runs predate the frozen evaluation set: its prompts (and the benchmark's) are dropped here too
     drop = keep_out.held_token_rows((data["tokens"][s:s + p] for s, p in zip(data["starts"], data["prompt_len"])),
                                     args.gguf)

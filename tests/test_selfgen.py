@@ -1,0 +1,77 @@
+"""Self-generated training rows (pydflash/train/selfgen.py) end to end on the tiny factory pair: sampled documents
+cut into prompts, greedy answers, stored top-k (topk.py), and the trainer reading both unchanged."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from oracle import Oracle
+from pydflash.train import selfgen
+from pydflash.train.generate import KINDS, load_shards
+from pydflash.train.selfgen_seeds import KIND_OF, WEIGHTS, seed
+
+
+def test_plans_are_reproducible_and_in_range():
+    a, b = selfgen.plan(17, 0, 4), selfgen.plan(17, 0, 4)
+    assert a == b and selfgen.plan(18, 0, 4) != a
+    plans = [selfgen.plan(i, 0, 4) for i in range(300)]
+    cuts = [c for p in plans for c in p.cuts]
+    assert min(cuts) >= selfgen.MIN_PROMPT and max(cuts) <= selfgen.MAX_PROMPT
+    assert np.median(cuts) < 64 and max(cuts) > 256  # log-uniform: mostly short, some long
+    assert all(0.7 <= p.temperature <= 1.0 for p in plans)
+    assert {p.family for p in plans} == set(WEIGHTS)
+    rng = random.Random(0)
+    chat = [t for f, t in (seed(rng) for _ in range(200)) if KIND_OF[f] == "chat"]
+    assert chat and all(t.startswith("<start_of_turn>user\n") for t in chat)
+
+
+def test_turn_ends_cut_after_each_opened_model_turn():
+    sot, model = 9, [7, 8]
+    toks = [2, 9, 5, 3, 1, 9, 7, 8, 4, 4, 1, 9, 5, 3, 1, 9, 7, 8, 6]
+    assert selfgen.turn_ends(toks, sot, model) == [8, 18]
+
+
+@pytest.fixture(scope="module")
+def shards(tiny, tmp_path_factory):
+    out = tmp_path_factory.mktemp("selfgen")
+    selfgen.main(["--target", str(tiny("gemma3").target), "--out", str(out), "--slots", "4", "--n-new", "8",
+                  "--cuts", "2", "--threads", "1", "--skip", "3", "--stop", "9", "--shard-rows", "5"])
+    return out
+
+
+def test_rows_are_cut_prompts_answered_greedily(tiny, shards):
+    summary = json.loads((shards / "generate.json").read_text())
+    assert summary["next_skip"] == 9 and summary["docs"] == 6 and summary["rows"] >= 6
+    d = load_shards(str(shards))
+    assert sorted(set(d["index"].tolist())) <= list(range(3, 9))
+    assert (d["lens"] - d["prompt_len"] == 8).all()
+    oracle = Oracle(tiny("gemma3").target)
+    try:
+        for s, n, p, k, i in zip(d["starts"], d["lens"], d["prompt_len"], d["kind"], d["index"]):
+            row = d["tokens"][s:s + n].tolist()
+            plan = selfgen.plan(int(i), 0, 2)
+            assert KINDS[k] == KIND_OF[plan.family] and selfgen.MIN_PROMPT <= p <= selfgen.MAX_PROMPT
+            assert row[0] == oracle.llm.engine.model.bos
+            oracle.check(row[:p], row[p:])  # the target's greedy answer, past its end of text too
+    finally:
+        oracle.close()
+
+
+def test_topk_pass_and_training_with_stored_distillation(tiny, shards, tmp_path):
+    from pydflash.train import topk, trainer
+
+    target = str(tiny("gemma3").target)
+    topk.main(["--target", target, "--data", str(shards), "--k", "4", "--rows", "3", "--threads", "1"])
+    d = load_shards(str(shards))
+    resp = d["lens"] - d["prompt_len"]
+    assert d["topk_ids"].shape == (int(resp.sum()), 4) and (np.diff(d["topk_logp"].astype(np.float32)) <= 0).all()
+    # the stored best token is the greedy answer: the response itself (ties aside: tiny random weights have none here)
+    firsts = np.concatenate([d["tokens"][s + p:s + n] for s, n, p in zip(d["starts"], d["lens"], d["prompt_len"])])
+    assert (d["topk_ids"][:, 0] == firsts).mean() > 0.95
+    # the trainer reads the shards unchanged (weight 0 is its hard-label loss: test_train_distill.py)
+    trainer.main(["--gguf", target, "--data", str(shards), "--out", str(tmp_path), "--device", "cpu",
+                  "--max-steps", "2", "--layers", "1", "--target-layers", "0,1", "--holdout", "0.2",
+                  "--anchors", "2", "--eval-per-kind", "1", "--distill-stored", "0.5"])
+    assert json.loads((tmp_path / "train.json").read_text())["train_steps"] == 2
