@@ -93,6 +93,19 @@
 #                     servers x ~20 s to load + ~150 s of rounds at an assumed ~200 tok/s plain at c1). scale4b-b:
 #                     7 servers, ~450-500 s (native-synth1, drafting 15 tokens to keep one, is the slow one). All in
 #                     all ~22-25 of the session's 30 min with the ~2 min of staging.
+#   remote.sh scaleout replicas|split [scripts/bench/scale_out.py args...]  the nvidia-h200-x2 kind: past one GPU through
+#                     HTTP (docs/scale-out.md, "Measured on two GPUs"). Needs part 0, 0b, 1b, start, the Gemma parts
+#                     (replicas: the default pair) and Ray, which the image lacks: `part r0` .. `part rN` stage the
+#                     ray[serve] wheels for Python 3.12 (.device-bench/gr*/raywhl.tar.NN, packed as docs/scale-out.md
+#                     says; the ray wheel alone is 79 MB), which the first scaleout call installs. replicas:
+#                     pydflash-server --ray with 1 and 2 engine replicas (a GPU each) and a direct server on GPU 0,
+#                     -ngl -1, 1-32 clients, 2 rounds; split: the 4B-scale target of `python -m pydflash.factory.scale`
+#                     in $W/scale4b (shared with scale4b-a/-b, made here if missing) on one GPU, over two by layer and
+#                     over --rpc to a ggml-rpc-server on GPU 1 (built here), plain / adaptive drafter / --spec-synth-len
+#                     5, and the pristine llama-server -sm layer; c1 and c4, 1 round. Time, estimated (not yet run):
+#                     replicas ~6-8 min (3 servers a round, ~30 s each to start), split ~6-9 min (10 servers); each
+#                     stops at what its call has left. JSON + md as scaleout_<part>.json / .md, server logs as
+#                     logs_scaleout_<part>.tgz; extra args go to scale_out.py and win (e.g. --rounds 1 --clients 16,32)
 # Order: part 0, part 0b, part 1b, start (carrying g1 and head.tgz), part 2 .. part N (part c0, part c1 before gen), then the
 # steps above. Every step that needs the build fails at once if `start` never ran (a carry over the limit refuses the
 # call without running it).
@@ -466,4 +479,32 @@ scale4b-a|scale4b-b)  # remote.sh scale4b-a|scale4b-b [scripts/bench/http_vs_nat
         --model-label "random-weight Qwen3-4B-shaped $quant target; Qwen3-4B-DFlash-b16-shaped drafter (Q8_0, fc F16), pydflash.factory.scale" \
         --out-dir $OUT --stem scale4b_$tag --no-render --log-dir $OUT/logs_$tag "${@:2}" || echo "$1: exit $?"
     tar czf $OUT/logs_$tag.tgz -C $OUT logs_$tag && rm -rf $OUT/logs_$tag ;;
+scaleout)  # remote.sh scaleout replicas|split [scripts/bench/scale_out.py args...]
+    part=${2:-}
+    [ "$part" = replicas ] || [ "$part" = split ] || { echo "scaleout: replicas or split"; exit 1; }
+    [ "$(nvidia-smi -L | wc -l)" -ge 2 ] || echo "scaleout: fewer than 2 GPUs: this is the nvidia-h200-x2 kind's job"
+    use_build
+    if ! python3 -c 'import ray.serve' 2> /dev/null; then  # into the image's venv: pip then skips what it has
+        ls $W/raywhl.tar.?? > /dev/null 2>&1 || { echo "scaleout: no Ray here: stage it first (part r0 .. rN)"; exit 1; }
+        cat $W/raywhl.tar.?? > $W/raywhl.tar && sha256sum $W/raywhl.tar | cut -c1-64 | diff -q - $W/raywhl.sha256 \
+            || { echo "scaleout: the joined Ray wheels are not the packed ones"; exit 1; }
+        tar xf $W/raywhl.tar -C $W && python3 -m pip install -q --no-index --find-links $W/raywhl "ray[serve]"
+        python3 -c 'import ray, ray.serve; print("ray", ray.__version__)'
+    fi
+    args=(--part replicas --server-args "-ngl -1" --clients 1,2,4,8,16,32 --rounds 2)
+    if [ $part = split ]; then
+        S=$W/scale4b
+        (cd $W/llama.cpp && cmake --build build -j16 --target ggml-rpc-server > $W/rpc_build.log 2>&1) \
+            || { tail -20 $W/rpc_build.log; exit 1; }
+        [ -f $S/manifest.json ] || python3 -m pydflash.factory.scale $S --shape qwen3-4b --quant Q4_K_M 2>&1 | tail -2
+        use_pristine
+        args=(--part split --target $S/target-q4_k_m.gguf --drafter $S/drafter-q8_0.gguf --llama-server $PRISTINE_SERVER
+              --split-clients 1,4 --synth-len 5 --rounds 1)
+    fi
+    left=$((575 - SECONDS))
+    echo "scaleout $part: ${left} s left for the benchmark"
+    # SIGINT, not TERM: the script's finally blocks stop its servers, Serve and Ray
+    timeout -s INT -k 30 $left python3 scripts/bench/scale_out.py "${args[@]}" --out $OUT/scaleout_$part.json "${@:3}" \
+        || echo "scaleout $part: exit $?"
+    tar czf $OUT/logs_scaleout_$part.tgz -C /tmp $(cd /tmp && ls -d bench-scale-out-* 2> /dev/null) 2> /dev/null || true ;;
 esac
