@@ -71,7 +71,8 @@ def test_completions_lossless_and_drafting(server, oracle):
         spec = complete(server, "spec", prompt)
         plain = complete(server, "plain", prompt)
         toks = oracle.llm.tokenize(prompt)
-        assert plain["choices"][0]["tokens"] == oracle.greedy(toks, len(plain["choices"][0]["tokens"]), ignore_eos=False)
+        plain_tokens = plain["choices"][0]["tokens"]
+        assert plain_tokens == oracle.greedy(toks, len(plain_tokens), ignore_eos=False)
         oracle.check(toks, spec["choices"][0]["tokens"], base_tokens=plain["choices"][0]["tokens"])
         assert spec["model"] == "spec" and spec["object"] == "text_completion"
         u = spec["usage"]
@@ -81,7 +82,8 @@ def test_completions_lossless_and_drafting(server, oracle):
         drafted += spec["timings"]["draft_n"]
         assert plain["timings"]["draft_n"] == 0
         # the engine's step split (a pydflash extension): every generated token came from a step
-        for t, n in ((spec["timings"], u["completion_tokens"]), (plain["timings"], plain["usage"]["completion_tokens"])):
+        for t, n in ((spec["timings"], u["completion_tokens"]),
+                     (plain["timings"], plain["usage"]["completion_tokens"])):
             assert 1 <= t["steps"] <= n and t["verify_ms"] > 0 and t["draft_steps"] <= t["steps"]
         assert plain["timings"]["draft_steps"] == 0 and plain["timings"]["draft_ms"] == 0
     assert drafted > 0  # speculation really ran through the server

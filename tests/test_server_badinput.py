@@ -1,4 +1,4 @@
-"""SERVER_CHECKLIST's bad input against a live server: every case a 4xx in the OpenAI envelope before any
+"""Bad input against a live server: every case a 4xx in the OpenAI envelope before any
 generation or SSE byte, and the server keeps serving afterwards."""
 
 from __future__ import annotations

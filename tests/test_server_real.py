@@ -21,14 +21,14 @@ pytestmark = pytest.mark.real_model
 # too many tie-flips. A stale KV or a misplaced row costs several nats; 1 nat still catches those.
 REAL_BAND = 1.0
 # "Emoji: 😀" is left to tests/test_engine_lossless.py: it sits on a near-tie that batch shape moves by >1 nat on CPU
-# (issue 12 item 1, open)
+# (ggml-cpu's tiled flash-attention kernel, below)
 PROMPTS = ["def fibonacci(n):\n", "The capital of France is", "Café au lait, s’il vous plaît. ", "1, 2, 3, 4, 5,"]
 
 
 @pytest.fixture(scope="module")
 def server():
     # Batches of 64 rows or more make ggml-cpu's flash attention switch to a tiled kernel whose rounding moves
-    # Gemma-3-270M Q4_K_M logits by up to ~6 (issue 12 item 1, not a pydflash bug). 3 slots keep the verify spans
+    # Gemma-3-270M Q4_K_M logits by up to ~6 (upstream numerics, not a pydflash bug). 3 slots keep the verify spans
     # under 64 rows (the 4th client waits in the queue), and -b 48 keeps a prompt chunk from filling a batch up
     # past them (with 512 it did: a 0.67-nat divergence in 1 of 7 runs).
     srv = Server(["-np", "3", "-c", "1024", "-b", "48"], ready_timeout=300)

@@ -1,4 +1,4 @@
-"""Request validation of the OpenAI-compatible API: the checklist's bad inputs are refused with a clear reason, and
+"""Request validation of the OpenAI-compatible API: bad inputs are refused with a clear reason, and
 what real clients (openai, lm-eval) send is accepted. Pure pydantic: no model, no HTTP."""
 
 import json
@@ -27,7 +27,7 @@ def parse_json(text):
     return json.loads(text)
 
 
-# --- bad input (checklist 2, 3, 4, 6) ------------------------------------------------------------------------------
+# --- bad input ----------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("messages", [None, "hi", [123], [{}], [{"role": 5, "content": "x"}],
@@ -66,22 +66,36 @@ def test_bad_chat_sampling_fields_rejected(field, value):
 
 def test_n_above_one_is_refused_clearly():
     msg = messages_of(S.CompletionRequest, {"prompt": "x", "n": 2})
-    assert "n=2 is not supported" in msg
+    assert "n is not supported: one choice per prompt; only 1 or null is accepted" in msg
     assert S.CompletionRequest.model_validate({"prompt": "x", "n": 1}).n == 1
+    assert errors_of(S.CompletionRequest, {"prompt": "x", "n": True})[0]["loc"][0] == "n"  # true is not 1
 
 
 @pytest.mark.parametrize("field", ["presence_penalty", "frequency_penalty"])
 def test_penalties_only_zero(field):
-    assert f"{field} is not supported" in messages_of(S.ChatCompletionRequest, {**CHAT, field: 0.5})
+    assert f"{field} is not applied by the server yet" in messages_of(S.ChatCompletionRequest, {**CHAT, field: 0.5})
     S.ChatCompletionRequest.model_validate({**CHAT, field: 0})
+    S.ChatCompletionRequest.model_validate({**CHAT, field: 0.0})
     S.ChatCompletionRequest.model_validate({**CHAT, field: None})
 
 
 @pytest.mark.parametrize("kind", ["json_object", "json_schema", "yaml"])
 def test_response_format_other_than_text_refused(kind):
-    msg = messages_of(S.ChatCompletionRequest, {**CHAT, "response_format": {"type": kind}})
-    assert f"response_format type '{kind}' is not supported" in msg
+    errs = errors_of(S.ChatCompletionRequest, {**CHAT, "response_format": {"type": kind}})
+    assert errs[0]["loc"][0] == "response_format" and "response_format is not supported" in errs[0]["msg"]
     S.ChatCompletionRequest.model_validate({**CHAT, "response_format": {"type": "text"}})
+
+
+def test_n_predict_is_max_tokens():
+    """llama-server's name: used when max_tokens is absent; -1 means until EOS or the end of the slot (None)."""
+    assert S.CompletionRequest.model_validate({"prompt": "x", "n_predict": 5}).max_tokens == 5
+    assert S.CompletionRequest.model_validate({"prompt": "x", "n_predict": 5, "max_tokens": 7}).max_tokens == 7
+    assert S.CompletionRequest.model_validate({"prompt": "x", "n_predict": -1}).max_tokens is None
+    assert S.CompletionRequest.model_validate({"prompt": "x"}).max_tokens == S.COMPLETION_MAX_TOKENS_DEFAULT
+    assert S.ChatCompletionRequest.model_validate({**CHAT, "n_predict": 5}).max_tokens == 5
+    assert S.ChatCompletionRequest.model_validate({**CHAT, "n_predict": 5, "max_completion_tokens": 3}).max_tokens == 3
+    for bad in (0, -2, "5"):
+        assert errors_of(S.CompletionRequest, {"prompt": "x", "n_predict": bad})[0]["loc"][0] == "n_predict"
 
 
 def test_top_logprobs_only_with_logprobs():
@@ -281,8 +295,7 @@ def test_openapi_schema_generates():
     schema = app.openapi()
     comp = schema["components"]["schemas"]
     # Constraints are in the schema, so schemathesis generates (and expects refusals) as the server validates.
-    n = comp["CompletionRequest"]["properties"]["n"]["anyOf"][0]
-    assert (n["minimum"], n["maximum"]) == (1, 1)
+    assert comp["CompletionRequest"]["properties"]["n"]["enum"] == [1, None]  # a refused field: its neutral values
     assert comp["CompletionRequest"]["required"] == ["prompt"]
     assert "discriminator" in json.dumps(comp["ChatCompletionRequest"]["properties"]["messages"])
     # Only standard JSON-schema keywords: pydantic emits "ge"/"le" verbatim when a bound cannot reach the type.

@@ -166,8 +166,9 @@ class Completions:
             raise InvalidRequest(str(exc)) from exc
 
     def _max_tokens(self, body, n_prompt: int) -> int:
-        """The body's limit; for chat without one, whatever the slot still holds (as OpenAI's default)."""
-        n = body.max_tokens  # the schema fills OpenAI's default for completions; None for chat
+        """The body's limit; without one (chat, or n_predict: -1), whatever the slot still holds (as OpenAI's
+        default for chat)."""
+        n = body.max_tokens  # the schema fills OpenAI's default for completions, and n_predict's value
         if n is not None:
             return n
         info = self.engine.info  # sizes fixed at load: the engine owns everything else

@@ -3,12 +3,13 @@
 Requests
 - Strict types (``strict=True``): ``"16"`` is not an integer, ``true`` is not a number. The published JSON schema
   is then what the server really accepts, which schemathesis checks in both directions.
-- Unknown fields are ignored (``extra="ignore"``): clients send many we do not use (``logit_bias``, ``tools`` ...).
+- A field that would change the output is applied or refused, never accepted and ignored: ``fields.py`` lists
+  them. Each refused field is declared here with its neutral values (``n: 1``, ``logit_bias: {}``, null) as its
+  JSON schema, and any other value is a 400 naming it. Fields nobody lists are dropped (``extra="ignore"``).
 - Every string is ``Text``: valid Unicode. Python's ``json`` accepts a lone surrogate (``"\\ud800"``), which cannot
   be encoded to UTF-8 for the tokenizer; it is refused here, once, for every field.
 - ``None`` for an optional sampling field means "the default". After validation these fields hold the default,
   never ``None`` (except the chat ``max_tokens``: ``None`` there means "until the context is full").
-- What we cannot do (``n > 1``, penalties, JSON mode) is refused with a clear message, never silently ignored.
 
 Responses follow OpenAI's shapes, plus llama-server's ``timings`` object and a ``meta`` extension on models.
 """
@@ -27,10 +28,13 @@ from pydantic import (
     Field,
     ValidationInfo,
     WithJsonSchema,
+    create_model,
     field_validator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
+
+from .fields import REFUSED
 
 COMPLETION_MAX_TOKENS_DEFAULT = 16  # OpenAI's documented default for /v1/completions
 TEMPERATURE_DEFAULT = 1.0  # OpenAI's documented default (llama-server uses 0.8); 0 means greedy
@@ -73,27 +77,6 @@ def _is_token(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _only_one(n: int) -> int:
-    if n != 1:
-        raise PydanticCustomError("unsupported", "n={n} is not supported: one choice per request (n=1)", {"n": n})
-    return n
-
-
-def _zero_penalty(v: float, info: ValidationInfo) -> float:
-    if v != 0:
-        raise PydanticCustomError(
-            "unsupported", "{field} is not supported: only 0 (the default) is accepted", {"field": info.field_name}
-        )
-    return v
-
-
-# The schema says what is accepted (exactly 1, exactly 0); the validators say why anything else is refused.
-OnlyOne = Annotated[Int, AfterValidator(_only_one), WithJsonSchema({"type": "integer", "minimum": 1, "maximum": 1})]
-ZeroPenalty = Annotated[
-    float, AfterValidator(_zero_penalty), WithJsonSchema({"type": "number", "minimum": 0, "maximum": 0})
-]
-
-
 def _finite_logprob(v: float) -> float:
     # JSON has no -inf (Starlette refuses NaN/inf); OpenAI documents -9999.0 as "very unlikely".
     return v if math.isfinite(v) else -9999.0
@@ -118,6 +101,26 @@ def request_models() -> list[type]:
     return out
 
 
+# --- refused fields (fields.REFUSED): declared with their neutral values, refused at any other ----------------------
+
+
+def _refuse(cls, v: Any, info: ValidationInfo) -> Any:
+    row = REFUSED[info.field_name]
+    if row.accepts(v):
+        return v
+    raise PydanticCustomError("unsupported", "{field} is {why}; only {allowed} is accepted",
+                              {"field": info.field_name, "why": row.why, "allowed": row.allowed()})
+
+
+# The JSON schema of each is the enum of its accepted values: what the server really takes, as schemathesis checks.
+_Refusals = create_model(
+    "_Refusals", __base__=_Body,
+    __validators__={"_refuse": field_validator(*REFUSED)(_refuse)},
+    **{name: (Annotated[Optional[Any], WithJsonSchema({"enum": [*row.neutral, None]})], None)
+       for name, row in REFUSED.items()},
+)
+
+
 # --- request pieces ------------------------------------------------------------------------------------------------
 
 
@@ -132,8 +135,8 @@ class SpeculativeOptions(_Body):
     n_max: Optional[NonNegativeInt] = None  # most drafted tokens per step; clamped to the drafter's block
 
 
-class _Generation(_Body):
-    """Fields common to /v1/completions and /v1/chat/completions."""
+class _Generation(_Refusals):
+    """Fields common to /v1/completions and /v1/chat/completions (and, refused, every field of fields.REFUSED)."""
 
     model: Optional[Text] = None  # a preset name; None or "any": the most recently used resident model
     temperature: Optional[float] = Field(TEMPERATURE_DEFAULT, ge=0, allow_inf_nan=False)
@@ -145,14 +148,24 @@ class _Generation(_Body):
     sampling_mode: Optional[Literal["rejection", "match"]] = None
     stream: Optional[bool] = False
     stream_options: Optional[StreamOptions] = None
-    n: Optional[OnlyOne] = None
-    presence_penalty: Optional[ZeroPenalty] = None
-    frequency_penalty: Optional[ZeroPenalty] = None
-    user: Optional[Text] = None  # ignored
+    # llama-server's name for max_tokens, used when max_tokens is absent; -1: until EOS or the end of the slot
+    n_predict: Optional[Annotated[int, Field(ge=-1), BeforeValidator(_integral)]] = None
+    user: Optional[Text] = None  # no effect on the output
     speculative: Optional[SpeculativeOptions] = None  # after validation: never None
     cache_prompt: Optional[bool] = True  # reuse a cached prefix of this prompt (prompt cache)
     ignore_eos: Optional[bool] = False  # extension (llama-server): keep generating past end-of-generation tokens
     return_tokens: Optional[bool] = False  # extension (llama-server): the generated token ids in each choice
+
+    @field_validator("n_predict")
+    @classmethod
+    def _n_predict_not_zero(cls, v: Optional[int]) -> Optional[int]:
+        if v == 0:
+            raise PydanticCustomError("invalid_n_predict", "n_predict must be -1 (until the end) or at least 1")
+        return v
+
+    def _predicted(self) -> Optional[int]:
+        """n_predict as a max_tokens: None for -1 (until EOS or the end of the slot's context)."""
+        return None if self.n_predict is None or self.n_predict < 0 else self.n_predict
 
     @field_validator("stop", mode="before")
     @classmethod
@@ -220,7 +233,8 @@ class CompletionRequest(_Generation):
         Annotated[list[TokenId], Field(min_length=1)],
         Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1)],
     ]
-    max_tokens: Optional[PositiveInt] = COMPLETION_MAX_TOKENS_DEFAULT  # after validation: never None
+    # after validation: the limit, or None (until EOS or the end of the slot) only from n_predict: -1
+    max_tokens: Optional[PositiveInt] = COMPLETION_MAX_TOKENS_DEFAULT
     logprobs: Optional[TopN] = None  # N: the chosen token's logprob + top-N
     echo: Optional[bool] = False  # prepend the prompt (and its logprobs) to the text: lm-eval loglikelihood
 
@@ -247,8 +261,8 @@ class CompletionRequest(_Generation):
 
     @model_validator(mode="after")
     def _completion_defaults(self):
-        if self.max_tokens is None:
-            self.max_tokens = COMPLETION_MAX_TOKENS_DEFAULT
+        if self.max_tokens is None or "max_tokens" not in self.model_fields_set:
+            self.max_tokens = COMPLETION_MAX_TOKENS_DEFAULT if self.n_predict is None else self._predicted()
         if self.echo is None:
             self.echo = False
         return self
@@ -323,24 +337,20 @@ class AssistantMessage(_Message):
     role: Literal["assistant"]
     content: Optional[Content] = None
     null_content: ClassVar[bool] = True
+    # an earlier turn's tool calls: tools are refused (fields.REFUSED), and dropping the calls would change the prompt
+    tool_calls: Annotated[Optional[Any], WithJsonSchema({"enum": [[], None]})] = None
+
+    @field_validator("tool_calls")
+    @classmethod
+    def _no_tool_calls(cls, v: Any) -> Any:
+        if v:
+            raise PydanticCustomError("unsupported", "tool calls are not supported (tools are refused)")
+        return v
 
 
 ChatMessage = Annotated[
     Union[SystemMessage, DeveloperMessage, UserMessage, AssistantMessage], Field(discriminator="role")
 ]
-
-
-class ResponseFormat(_Body):
-    type: Literal["text"]
-
-    @field_validator("type", mode="before")
-    @classmethod
-    def _only_text(cls, v: Any) -> Any:
-        if v != "text":
-            raise PydanticCustomError(
-                "unsupported", "response_format type {kind} is not supported (only 'text')", {"kind": repr(v)}
-            )
-        return v
 
 
 class ChatCompletionRequest(_Generation):
@@ -355,12 +365,13 @@ class ChatCompletionRequest(_Generation):
     # + N alternatives. Only with logprobs: true; otherwise ignored (OpenAI refuses that pair; we answer as if
     # top_logprobs were absent, so every request the published schema allows is served).
     top_logprobs: Optional[TopN] = None
-    response_format: Optional[ResponseFormat] = None
 
     @model_validator(mode="after")
     def _chat_defaults(self):
         if self.max_completion_tokens is not None:
             self.max_tokens = self.max_completion_tokens
+        elif self.max_tokens is None:
+            self.max_tokens = self._predicted()
         if self.logprobs is None:
             self.logprobs = False
         if not self.logprobs:
