@@ -66,14 +66,14 @@ def run_mode(target: str, drafter: str, mode: str, prompts: list[dict], tokens: 
             d = res.stats.as_dict()
             per_prompt.append({"i": i, "kind": p["kind"], "source": p["source"], "prompt_tokens": len(toks),
                                "tau": d["mean_accept_len"], "n_generated": d["n_generated"], "n_steps": d["n_steps"],
-                               "lookup_steps": d["n_lookup_steps"], "draft_steps": d["n_draft_steps"]})
+                               "lookup_steps": d["n_lookup_steps"], "drafted": d["n_drafted"]})
             print(f"{mode:8s} {i:3d} {p['kind']:10s} prompt {len(toks):4d} tau {d['mean_accept_len']:6.2f}", flush=True)
     kinds = {}
     for k, st in totals.items():
         d = st.as_dict()
         kinds[k] = {"prompts": sum(r["kind"] == k for r in per_prompt), "tau": d["mean_accept_len"],
                     "target": TARGETS[k], "met": d["mean_accept_len"] >= TARGETS[k], "steps": d["n_steps"],
-                    "generated": d["n_generated"], "draft_steps": d["n_draft_steps"],
+                    "generated": d["n_generated"], "drafted": d["n_drafted"],
                     "lookup_steps": d["n_lookup_steps"], "accept_by_position": d["accept_by_position"]}
     return {"config": MODES[mode], "kinds": kinds, "prompts": per_prompt,
             "wall_s": round(time.perf_counter() - t0, 1)}
