@@ -155,7 +155,7 @@ def load(target: PathLike, drafter: Optional[PathLike] = None, config: Optional[
          cache: Optional[CacheConfig] = None) -> LLM:
     """target_kv_overrides: GGUF metadata overrides for the target (llama.cpp's --override-kv).
     cache: prompt-cache options (default CacheConfig(): slot reuse and the device tier; docs/cache.md).
-    config.rpc: llama.cpp RPC servers for the target's offloaded layers (EngineConfig, pydflash/rpc.py)."""
+    config.rpc: llama.cpp RPC servers for the target's offloaded layers (EngineConfig, pydflash/rpc_endpoints.py)."""
     config = config or EngineConfig()
     pair = load_pair(target, drafter, n_gpu_layers=config.n_gpu_layers, allow_scale_mismatch=allow_scale_mismatch,
                      target_kv_overrides=target_kv_overrides, rpc=config.rpc, rpc_allow_public=config.rpc_allow_public)

@@ -39,6 +39,22 @@ def _resolve(module: str, is_package: bool, level: int, target: str | None) -> s
     return ".".join(base + ([target] if target else []))
 
 
+def imported_names(module: str, path: pathlib.Path) -> list[tuple[str, list[str]]]:
+    """Every package-internal import in ``module``'s file, anywhere in it: (the module it names, the names it takes
+    from there; [] for ``import x``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    is_package = path.name == "__init__.py"
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(alias.name, []) for alias in node.names if alias.name.split(".")[0] == PACKAGE]
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(module, is_package, node.level, node.module)
+            if base == PACKAGE or base.startswith(PACKAGE + "."):
+                out.append((base, [alias.name for alias in node.names]))
+    return out
+
+
 def imports_of(module: str, path: pathlib.Path, modules: set[str]) -> set[str]:
     """The package modules that ``module`` imports anywhere in its file."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
@@ -151,3 +167,15 @@ def test_pydflash_has_no_import_circle():
     cycles = find_cycles(import_graph())
     if cycles:
         pytest.fail("import circles:\n" + "\n".join("  " + " -> ".join(c) for c in cycles))
+
+
+def test_every_package_import_names_a_module_that_exists():
+    """A rename that missed an import (``from ..serve.ray import build`` after serve/ moved) fails here, even inside
+    a function that no other test calls."""
+    files = module_files()
+
+    def exists(name: str) -> bool:  # a module, or a package folder (pydflash/engine has no __init__.py)
+        return name in files or (ROOT / name.replace(".", "/")).is_dir()
+
+    missing = [f"{m}: {base}" for m, p in files.items() for base, _ in imported_names(m, p) if not exists(base)]
+    assert not missing, "imports of modules that do not exist:\n  " + "\n  ".join(missing)
