@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import pathlib
 import signal
 import sys
 import threading
