@@ -1,0 +1,195 @@
+"""The prompt cache's device tier (cache/device.py) on tiny factory pairs: sequences kept in the KV under spare
+sequence ids, never copied out of it. Every test counts state copies (state_seq_get / state_seq_set, what stalled
+every slot between steps on a GPU) and compares outputs with the cache-off engine."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.helpers.oracle import Oracle
+from pydflash.cache import CacheConfig
+from pydflash.config import EngineConfig
+from pydflash.engine.engine import Engine
+from pydflash.engine.request import Request
+from pydflash.native import state
+from pydflash.pair import load_pair
+
+OFF = CacheConfig(reuse=False, ram_mib=0)
+
+
+@pytest.fixture
+def copies(monkeypatch):
+    """Counts of state copies out of (get) and into (set) a context, by the prompt cache or anything else."""
+    n = {"get": 0, "set": 0}
+    get, put = state.state_seq_get, state.state_seq_set
+
+    def counted_get(*a, **kw):
+        n["get"] += 1
+        return get(*a, **kw)
+
+    def counted_set(*a, **kw):
+        n["set"] += 1
+        return put(*a, **kw)
+
+    monkeypatch.setattr(state, "state_seq_get", counted_get)
+    monkeypatch.setattr(state, "state_seq_set", counted_set)
+    return n
+
+
+def prompt(seed, n):
+    return [1] + np.random.default_rng(seed).integers(5, 500, n - 1).tolist()
+
+
+def run_all(eng, prompts, max_tokens):
+    reqs = [Request(p, max_tokens=max_tokens, ignore_eos=True) for p in prompts]
+    out = eng.run(reqs)
+    return [out[r.id] for r in reqs]
+
+
+def test_traffic_that_never_repeats_keeps_and_copies_nothing(qwen, copies):
+    """Unique prompts through two slots: no sequence is kept (second sight: no prompt's first block recurs), so no
+    KV cell is held for them and nothing is copied. Then prompts that recur: kept and hit, still without a copy."""
+    cfg = EngineConfig(n_slots=2, n_ctx_slot=512)
+    eng, off = Engine(qwen, cfg), Engine(qwen, cfg, cache=OFF)
+    dev = eng.prompt_cache.device
+    assert dev is not None and eng.prompt_cache.ram is None  # the defaults: a device tier, no RAM tier
+    for i in range(0, 16, 2):
+        batch = [prompt(100 + i, 60 + 7 * i), prompt(101 + i, 90)]
+        got = run_all(eng, batch, 20)
+        assert [r.tokens for r in got] == [r.tokens for r in run_all(off, batch, 20)]
+    assert (dev.kept, dev.used, len(dev), copies["get"], copies["set"]) == (0, 0, 0, 0, 0), dev.metrics()
+
+    recurring = [prompt(7, 120), prompt(8, 100), prompt(9, 80)]
+    for rnd in range(4):
+        for p in recurring:  # three prompts through two slots: each overwrites a resident the next round needs
+            r = run_all(eng, [p], 20)[0]
+            assert r.tokens == run_all(off, [p], 20)[0].tokens
+            if rnd >= 2:
+                assert r.stats.n_cached == len(p) - 1, (rnd, r.stats.n_cached)
+    assert dev.kept > 0 and dev.hits >= 3, dev.metrics()
+    assert copies["get"] == copies["set"] == 0
+    eng.close()
+    off.close()
+
+
+def test_two_conversations_in_one_slot_come_back_from_the_device(qwen, copies):
+    """One slot, A and B alternate: from each one's second turn (its prompt recurs) its sequence is kept when the
+    other takes the slot, and its next turn reuses all of it; outputs equal the cache-off engine's."""
+    cfg = EngineConfig(n_slots=1, n_ctx_slot=512)
+    eng, off = Engine(qwen, cfg), Engine(qwen, cfg, cache=OFF)
+    conv = {"a": prompt(3, 150), "b": prompt(4, 130)}
+    for turn in range(4):
+        for name in ("a", "b"):
+            r = eng.generate(conv[name], max_tokens=10, ignore_eos=True)
+            assert r.tokens == off.generate(conv[name], max_tokens=10, ignore_eos=True).tokens
+            if turn >= 2:
+                assert r.stats.n_cached >= len(conv[name]) - 30, (turn, name, r.stats.n_cached)
+            conv[name] = conv[name] + r.tokens + prompt(10 * turn + len(name), 20)[1:]
+    dev = eng.prompt_cache.device
+    assert dev.hits >= 4 and copies["get"] == copies["set"] == 0, dev.metrics()
+    eng.close()
+    off.close()
+
+
+def kv_held(cache) -> int:
+    return sum(r if r else (res.n if res is not None else 0)
+               for r, res in zip(cache.reserved, cache.resident)) + cache.device.used
+
+
+def test_kept_sequences_give_way_to_running_requests(qwen):
+    """A device tier allowed the whole KV, every released sequence kept: a request whose worst case needs the
+    cells makes the tier give up its oldest entries first, so the running requests' reservations, the residents
+    and the entries always fit the KV together, and no decode finds it full."""
+    cfg = EngineConfig(n_slots=2, n_ctx_slot=256)
+    eng = Engine(qwen, cfg, cache=CacheConfig(device_cells=512, device_ids=8, keep_all=True, save_min_drop=8))
+    off = Engine(qwen, cfg, cache=OFF)
+    cache = eng.prompt_cache
+    prompts = [prompt(200 + i, 40 + 10 * (i % 5)) for i in range(12)]
+    for p in prompts:
+        assert eng.generate(p, max_tokens=24, ignore_eos=True).tokens == \
+            off.generate(p, max_tokens=24, ignore_eos=True).tokens
+    assert len(cache.device) >= 3
+    before = cache.device.evictions
+    big = [Request(prompt(300 + i, 200), max_tokens=40, ignore_eos=True) for i in range(2)]
+    eng.submit_all(big)
+    while eng.has_work:
+        eng.step()
+        assert kv_held(cache) <= cache.n_ctx, cache.metrics()
+    assert cache.device.evictions > before
+    p = prompts[-1]  # the kept prompts that survived still serve
+    assert eng.generate(p, max_tokens=24, ignore_eos=True).tokens == off.generate(p, max_tokens=24,
+                                                                                 ignore_eos=True).tokens
+    eng.close()
+    off.close()
+
+
+@pytest.mark.slow
+def test_concurrent_hits_stay_lossless(qwen, tiny):
+    """Four slots, recurring prompts of several lengths in bursts of six: device-tier hits land in slots beside
+    running requests, and every output passes the regret gate against plain greedy decoding."""
+    cfg = EngineConfig(n_slots=4, n_ctx_slot=320)
+    eng = Engine(qwen, cfg)
+    oracle = Oracle(tiny("qwen3").target)
+    pool = [prompt(400 + i, 40 + 25 * i) for i in range(6)]
+    rng = np.random.default_rng(5)
+    hits = 0
+    for rnd in range(4):
+        picks = [pool[j] for j in rng.permutation(len(pool))]
+        results = run_all(eng, picks, 32)
+        for p, r in zip(picks, results):
+            oracle.check(p, r.tokens)
+            hits += r.stats.n_cached > 0
+    assert eng.prompt_cache.device.hits >= 3 and hits >= 6, eng.prompt_cache.metrics()
+    eng.close()
+    oracle.close()
+
+
+def test_prompt_end_entry_of_a_prompt_past_the_window(tiny, copies):
+    """Gemma-3 (window 64): a recurring prompt of 100 tokens whose request runs past the window. A trim of its
+    released sequence back to the prompt needs SWA cells the window has let go (llama.cpp overwrites them when it
+    needs cells), so the end of a recurring prompt that will outgrow the window is kept as a device entry, with the
+    SWA cells of that point. Another request then takes the only slot, and the prompt comes back from that entry;
+    outputs equal the cache-off engine's and nothing is copied."""
+    g3 = tiny("gemma3")
+    pair = load_pair(g3.target, g3.drafter)
+    cfg = EngineConfig(n_slots=1, n_ctx_slot=640)  # room to keep both p's sequences while q runs
+    eng, off = Engine(pair, cfg, cache=CacheConfig(block=16)), Engine(pair, cfg, cache=OFF)
+    dev = eng.prompt_cache.device
+    p, q = prompt(11, 100), prompt(12, 90)
+    want = off.generate(p, max_tokens=60, ignore_eos=True).tokens
+    for i in range(2):
+        assert eng.generate(p, max_tokens=60, ignore_eos=True).tokens == want
+    ends = [e for e in dev.entries.values() if e.n == 99]
+    assert len(ends) == 1 and list(ends[0].tokens) == p[:99], dev.metrics()
+    assert eng.prompt_cache._live_swa_min(ends[0].seq) <= 99 - 64 + 1  # serves a trim to the prompt's end
+    assert eng.generate(q, max_tokens=60, ignore_eos=True).tokens == off.generate(q, max_tokens=60,
+                                                                                   ignore_eos=True).tokens
+    r = eng.generate(p, max_tokens=60, ignore_eos=True)
+    assert r.tokens == want and r.stats.n_cached == 99 and dev.hits >= 1, (r.stats.n_cached, dev.metrics())
+    assert copies["get"] == copies["set"] == 0
+    eng.close()
+    off.close()
+
+
+def test_shared_prefix_past_the_window_is_kept_where_prompts_part(tiny, copies):
+    """Gemma-3 (window 64): conversations share a 100-token system prompt, then part. A kept conversation that ran
+    past the window cannot be trimmed back to the shared part, so the second one's prefill stops where it parts from
+    the first and keeps that point as a device entry; the third reuses all of the shared prompt from it. Outputs
+    equal the cache-off engine's; nothing is copied."""
+    g3 = tiny("gemma3")
+    pair = load_pair(g3.target, g3.drafter)
+    cfg = EngineConfig(n_slots=1, n_ctx_slot=640)
+    eng, off = Engine(pair, cfg, cache=CacheConfig(block=16)), Engine(pair, cfg, cache=OFF)
+    system = prompt(21, 100)
+    got = []
+    for i in range(3):
+        p = system + prompt(30 + i, 21)[1:]
+        r = eng.generate(p, max_tokens=40, ignore_eos=True)
+        assert r.tokens == off.generate(p, max_tokens=40, ignore_eos=True).tokens
+        got.append(r.stats.n_cached)
+    assert got[0] == 0 and got[1] < 100 <= got[2], got
+    assert any(e.n == 100 for e in eng.prompt_cache.device.entries.values())
+    assert copies["get"] == copies["set"] == 0
+    eng.close()
+    off.close()
