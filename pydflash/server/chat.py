@@ -126,13 +126,15 @@ class ChatTemplate:
             raise ChatTemplateError(f"chat template {name!r} does not compile: {exc}") from exc
         self._emits_bos: Optional[bool] = None
 
-    def render(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
-        """``messages``: ``[{"role": str, "content": str}, ...]`` (see ``ChatCompletionRequest.template_messages``)."""
+    def render(self, messages: list[dict], add_generation_prompt: bool = True, tools: Optional[list] = None) -> str:
+        """``messages``: ``[{"role": str, "content": str}, ...]`` (see ``ChatCompletionRequest.template_messages``);
+        ``tools``: OpenAI tool objects, for a template that renders them itself (``tools.py``)."""
         if not self.has_developer_role:
             messages = [dict(m, role="system") if m.get("role") == "developer" else m for m in messages]
+        extra = {"tools": tools} if tools else {}
         try:
             return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                         bos_token=self.bos_token, eos_token=self.eos_token)
+                                         bos_token=self.bos_token, eos_token=self.eos_token, **extra)
         except TemplateError as exc:
             raise InvalidRequest(f"chat template {self.name}: {exc}") from exc
         except Exception as exc:  # a template that breaks on this conversation: still about the input, not a 500

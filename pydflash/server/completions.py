@@ -23,6 +23,7 @@ from starlette.requests import Request as HTTPRequest
 from ..engine.request import Request, Result
 from ..errors import ContextOverflow, InvalidRequest
 from . import schemas as S
+from . import tools
 from .chat import ChatTemplate
 from .errors import envelope, to_api_error
 from .engine_client import ACCEPTED, EngineClient, Sink
@@ -54,6 +55,7 @@ class Call:
     backlog: list = field(default_factory=list)  # replies read while waiting for acceptances, not yet consumed
     checked: float = 0.0  # when the client was last checked for a disconnect (monotonic)
     counted: bool = False  # its outcome is in the metrics (once: an error is not also a cancellation)
+    tools: Optional[tools.ToolPlan] = None  # chat with tools to read calls from (tools.py)
 
     def index(self, request_id: int) -> int:
         return next(i for i, r in enumerate(self.reqs) if r.id == request_id)
@@ -101,13 +103,15 @@ class Completions:
     async def chat(self, body: S.ChatCompletionRequest, http: HTTPRequest):
         if body.stream and body.logprobs:
             raise InvalidRequest("logprobs are not supported with stream=true; use a non-streamed request")
-        text = self.template.render(body.template_messages(), add_generation_prompt=True)
+        tp = tools.plan(body.tool_dicts(), body.tool_choice_value(), body.parallel_tool_calls, self.template)
+        text = tools.render(self.template, body.template_messages(), tp)
         add_special = not self.template.emits_bos
         self._check_prompt_bytes(text)
         tokens = await self.tokenizer.tokenize(text, add_special, True)
         if not tokens:
             raise InvalidRequest("the rendered chat prompt is empty")
-        call = Call("chat", self.model, [self._request(tokens, body)], [tokens], id="chatcmpl-" + uuid.uuid4().hex)
+        call = Call("chat", self.model, [self._request(tokens, body, grammar=tools.grammar(tp))], [tokens],
+                    id="chatcmpl-" + uuid.uuid4().hex, tools=tp if tp.parses else None)
         await self._start(call)
         if body.stream:
             return self._stream(call, http, body)
@@ -116,8 +120,10 @@ class Completions:
         logprobs = None
         if body.logprobs:
             logprobs = await self.scorer.chat_logprobs(tokens, res.tokens, body.top_logprobs or 0)
-        choice = S.ChatChoice(index=0, message=S.ChatMessageOut(role="assistant", content=res.text),
-                              finish_reason=res.finish_reason, logprobs=logprobs)
+        content, calls = tools.split(res.text, call.tools) if call.tools is not None else (res.text, [])
+        message = S.ChatMessageOut(role="assistant", content=content, tool_calls=[c.message() for c in calls] or None)
+        choice = S.ChatChoice(index=0, message=message, finish_reason="tool_calls" if calls else res.finish_reason,
+                              logprobs=logprobs)
         if body.return_tokens:
             choice.tokens = list(res.tokens)
         self._count(call, "ok")
@@ -152,7 +158,8 @@ class Completions:
                 f"the prompt has {n} bytes; a token covers at most {info.max_token_bytes} bytes of this vocabulary, "
                 f"so it needs more tokens than the slot context ({info.n_ctx_slot})")
 
-    def _request(self, tokens: Sequence[int], body) -> Request:
+    def _request(self, tokens: Sequence[int], body, grammar: Optional[str] = None) -> Request:
+        """``grammar``: a forced tool call's (tools.grammar)."""
         draft_max = None
         spec = body.speculative
         if spec is not None:
@@ -161,7 +168,7 @@ class Completions:
             return Request(list(tokens), max_tokens=self._max_tokens(body, len(tokens)), stop=list(body.stop),
                            temperature=body.temperature, top_k=body.top_k or 0, top_p=body.top_p, seed=body.seed,
                            sampling_mode=body.sampling_mode, draft_max=draft_max, ignore_eos=body.ignore_eos,
-                           cache_prompt=body.cache_prompt)
+                           cache_prompt=body.cache_prompt, grammar=grammar)
         except ValueError as exc:  # Request validates its own fields; anything it refuses is the client's
             raise InvalidRequest(str(exc)) from exc
 
@@ -248,6 +255,7 @@ class Completions:
     async def _frames(self, call: Call, http: HTTPRequest, include_usage: bool, echo_text: Optional[list[str]],
                       return_tokens: bool) -> AsyncIterator[dict]:
         chunk = _ChunkMaker(call, return_tokens)
+        reader = tools.CallReader(call.tools) if call.tools is not None else None
         try:
             if call.kind == "chat":
                 yield chunk.frame(0, role="assistant", text="")
@@ -265,11 +273,15 @@ class Completions:
                     yield {"data": "[DONE]"}
                     return
                 i = call.index(rid)
-                if item.text or (return_tokens and item.tokens):
+                if reader is not None:  # content as it comes, each tool call once its block is closed
+                    for frame in chunk.parts(i, reader.feed(item.text) + (reader.finish() if item.finished else [])):
+                        yield frame
+                elif item.text or (return_tokens and item.tokens):
                     yield chunk.frame(i, text=item.text, tokens=item.tokens)
                 if item.finished:
                     call.results[rid] = item.result
-                    yield chunk.frame(i, finish=item.result.finish_reason)
+                    called = reader is not None and reader.calls
+                    yield chunk.frame(i, finish="tool_calls" if called else item.result.finish_reason)
             if include_usage:
                 yield chunk.usage(self._usage(call), self._timings(call))
             self._count(call, "ok")
@@ -313,6 +325,7 @@ class _ChunkMaker:
     def __init__(self, call: Call, return_tokens: bool = False):
         self.call = call
         self.return_tokens = return_tokens
+        self.n_calls = 0  # tool calls sent so far (their delta index)
 
     def _base(self) -> dict:
         c = self.call
@@ -332,6 +345,25 @@ class _ChunkMaker:
             choice = {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish}
         if self.return_tokens and tokens is not None:
             choice["tokens"] = list(tokens)  # this frame's token ids (its text may hold back a partial character)
+        return {"data": json.dumps({**self._base(), "choices": [choice]})}
+
+    def parts(self, index: int, parts: list) -> list[dict]:
+        """Frames of a tools.CallReader's output: content text, and per call OpenAI's two deltas (index, id, type
+        and name with empty arguments, then the arguments), as the openai client reassembles them."""
+        frames = []
+        for p in parts:
+            if isinstance(p, str):
+                frames.append(self.frame(index, text=p))
+                continue
+            k = self.n_calls
+            self.n_calls += 1
+            head = {"index": k, "id": p.id, "type": "function", "function": {"name": p.name, "arguments": ""}}
+            frames.append(self._delta(index, {"tool_calls": [head]}))
+            frames.append(self._delta(index, {"tool_calls": [{"index": k, "function": {"arguments": p.arguments}}]}))
+        return frames
+
+    def _delta(self, index: int, delta: dict) -> dict:
+        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
         return {"data": json.dumps({**self._base(), "choices": [choice]})}
 
     def usage(self, usage: S.Usage, timings: S.Timings) -> dict:

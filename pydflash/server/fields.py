@@ -66,11 +66,9 @@ REFUSED: dict[str, Refused] = {
     "best_of": Refused((1,), "not supported: one choice per prompt"),
     # completions: insertion
     "suffix": Refused(("",), NONE),
-    # chat: tools (a "tool" message is refused by the message schema)
-    "tools": Refused(([],), NONE),
-    "tool_choice": Refused(("none", "auto"), NONE),  # with no tools both mean: answer in text
-    "functions": Refused(([],), NONE),  # OpenAI's older names for tools
-    "function_call": Refused(("none", "auto"), NONE),
+    # chat: OpenAI's older names for tools and tool_choice (applied)
+    "functions": Refused(([],), "not supported: use tools"),
+    "function_call": Refused(("none", "auto"), "not supported: use tool_choice"),
     # llama-server's other samplers, at their off values
     "mirostat": Refused((0,), NONE),
     "typical_p": Refused((1,), NONE),
@@ -107,11 +105,13 @@ APPLIED: dict[str, str] = {
     "return_tokens": "the token ids in each choice",
     "speculative": "pydflash: {enabled, n_max} per request",
     "sampling_mode": "pydflash: how drafts are accepted at temperature > 0 (rejection or match)",
+    "tools": "chat: functions the model may call, rendered into the prompt (tools.py)",
+    "tool_choice": "chat: auto (text or calls), none, required or a named function (both grammar-constrained)",
+    "parallel_tool_calls": "chat: false allows one call per answer",
 }
 
 NO_EFFECT: dict[str, str] = {
     "user": "an end-user id for the client's own records",
-    "parallel_tool_calls": "only acts with tools, which are refused",
     "mirostat_tau": "only acts with mirostat, which is refused",
     "mirostat_eta": "only acts with mirostat, which is refused",
     "xtc_threshold": "only acts with xtc_probability, which is refused",

@@ -333,24 +333,59 @@ class UserMessage(_Message):
     role: Literal["user"]
 
 
+class FunctionCall(_Body):
+    name: Text
+    arguments: Text  # a JSON object as text, as OpenAI sends it
+
+
+class ToolCallIn(_Body):
+    """An earlier turn's call, as the assistant message of that turn carries it."""
+
+    id: Text
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class AssistantMessage(_Message):
     role: Literal["assistant"]
     content: Optional[Content] = None
     null_content: ClassVar[bool] = True
-    # an earlier turn's tool calls: tools are refused (fields.REFUSED), and dropping the calls would change the prompt
-    tool_calls: Annotated[Optional[Any], WithJsonSchema({"enum": [[], None]})] = None
+    tool_calls: Optional[list[ToolCallIn]] = None  # rendered back into the prompt (tools.py)
 
-    @field_validator("tool_calls")
-    @classmethod
-    def _no_tool_calls(cls, v: Any) -> Any:
-        if v:
-            raise PydanticCustomError("unsupported", "tool calls are not supported (tools are refused)")
-        return v
+
+class ToolMessage(_Message):
+    """A tool's result, answering the call ``tool_call_id``."""
+
+    role: Literal["tool"]
+    tool_call_id: Text
 
 
 ChatMessage = Annotated[
-    Union[SystemMessage, DeveloperMessage, UserMessage, AssistantMessage], Field(discriminator="role")
+    Union[SystemMessage, DeveloperMessage, UserMessage, AssistantMessage, ToolMessage], Field(discriminator="role")
 ]
+
+FUNCTION_NAME = r"^[A-Za-z0-9_-]{1,64}$"  # OpenAI's rule for a function name
+
+
+class FunctionDef(_Body):
+    name: Annotated[Text, Field(pattern=FUNCTION_NAME)]
+    description: Optional[Text] = None
+    parameters: Optional[dict[str, Any]] = None  # a JSON schema of the arguments (None: any object)
+    strict: Optional[bool] = None  # the arguments always follow the schema when a call is forced (tools.py)
+
+
+class Tool(_Body):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class FunctionName(_Body):
+    name: Text
+
+
+class NamedToolChoice(_Body):
+    type: Literal["function"]
+    function: FunctionName
 
 
 class ChatCompletionRequest(_Generation):
@@ -365,6 +400,9 @@ class ChatCompletionRequest(_Generation):
     # + N alternatives. Only with logprobs: true; otherwise ignored (OpenAI refuses that pair; we answer as if
     # top_logprobs were absent, so every request the published schema allows is served).
     top_logprobs: Optional[TopN] = None
+    tools: Optional[list[Tool]] = None  # tools.py
+    tool_choice: Union[Literal["none", "auto", "required"], NamedToolChoice, None] = None  # None: auto
+    parallel_tool_calls: Optional[bool] = None  # None: true
 
     @model_validator(mode="after")
     def _chat_defaults(self):
@@ -379,14 +417,27 @@ class ChatCompletionRequest(_Generation):
         return self
 
     def template_messages(self) -> list[dict]:
-        """The conversation as chat templates expect it: ``[{"role": str, "content": str}, ...]``."""
+        """The conversation as chat templates expect it: ``[{"role": str, "content": str}, ...]``, plus an
+        assistant turn's ``tool_calls`` and a tool result's ``tool_call_id`` (OpenAI's shapes)."""
         out = []
         for m in self.messages:
             d = {"role": m.role, "content": m.text()}
             if m.name is not None:
                 d["name"] = m.name
+            if getattr(m, "tool_calls", None):
+                d["tool_calls"] = [c.model_dump() for c in m.tool_calls]
+            if isinstance(m, ToolMessage):
+                d["tool_call_id"] = m.tool_call_id
             out.append(d)
         return out
+
+    def tool_dicts(self) -> list[dict]:
+        return [t.model_dump(exclude_none=True) for t in self.tools or []]
+
+    def tool_choice_value(self):
+        """``tool_choice`` as tools.plan takes it: a string or ``{"function": {"name": ...}}``."""
+        c = self.tool_choice
+        return c.model_dump() if isinstance(c, NamedToolChoice) else c
 
 
 # --- /tokenize, /detokenize ----------------------------------------------------------------------------------------
@@ -513,7 +564,8 @@ class Timings(BaseModel):
                    draft_n=draft_n, draft_n_accepted=draft_n_accepted, **steps)
 
 
-FinishReason = Optional[Literal["stop", "length"]]  # None in every streamed chunk but the last of a choice
+# None in every streamed chunk but the last of a choice; "tool_calls": the answer holds tool calls
+FinishReason = Optional[Literal["stop", "length", "tool_calls"]]
 
 
 def now() -> int:
@@ -584,9 +636,16 @@ class ChatLogprobs(BaseModel):
     content: Optional[list[TokenLogprob]] = None
 
 
+class ToolCallOut(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: dict[str, str]  # {"name": ..., "arguments": a JSON object as text}
+
+
 class ChatMessageOut(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: Optional[str] = None
+    tool_calls: Optional[list[ToolCallOut]] = None
 
 
 class ChatChoice(BaseModel):
@@ -607,9 +666,19 @@ class ChatCompletionResponse(BaseModel):
     timings: Optional[Timings] = None
 
 
+class ToolCallDelta(BaseModel):
+    """A call's first delta has its index, id, type and name (arguments ""), the next ones argument text."""
+
+    index: int
+    id: Optional[str] = None
+    type: Optional[Literal["function"]] = None
+    function: dict[str, str]
+
+
 class ChatDelta(BaseModel):
     role: Optional[Literal["assistant"]] = None  # only in the first chunk
     content: Optional[str] = None
+    tool_calls: Optional[list[ToolCallDelta]] = None
 
 
 class ChatChunkChoice(BaseModel):

@@ -20,15 +20,14 @@ CHANGING = {
     "logit_bias": {"5": -100}, "min_p": 0.05, "presence_penalty": 0.5, "frequency_penalty": -0.5,
     "repeat_penalty": 1.1, "repeat_last_n": 128, "grammar": 'root ::= "yes" | "no"', "json_schema": {},
     "response_format": {"type": "json_object"}, "n": 2, "best_of": 3, "suffix": "\n}\n",
-    "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
-    "tool_choice": "required", "functions": [{"name": "f", "parameters": {}}], "function_call": {"name": "f"},
+    "functions": [{"name": "f", "parameters": {}}], "function_call": {"name": "f"},
     "mirostat": 2, "typical_p": 0.9, "tfs_z": 0.95, "top_n_sigma": 1.5, "xtc_probability": 0.5,
     "dry_multiplier": 0.8, "dynatemp_range": 0.5, "samplers": ["top_k", "temperature"], "n_probs": 3,
     "t_max_predict_ms": 100,
 }
 NEUTRAL = {"n": 1, "best_of": 1, "presence_penalty": 0, "frequency_penalty": 0.0, "repeat_penalty": 1,
            "repeat_last_n": 64, "logit_bias": {}, "grammar": "", "response_format": {"type": "text"},
-           "tool_choice": "none", "tools": [], "mirostat": 0, "min_p": 0, "suffix": ""}
+           "function_call": "none", "functions": [], "mirostat": 0, "min_p": 0, "suffix": ""}
 PROMPT = "the quick brown fox"
 CHAT = [{"role": "user", "content": "hello"}]
 
@@ -90,15 +89,6 @@ def test_n_predict_is_applied(server):
     with pytest.raises(openai.BadRequestError) as info:
         client.completions.create(model="tiny", prompt=PROMPT, extra_body={"n_predict": 0})
     assert info.value.param == "n_predict"
-
-
-def test_an_earlier_turns_tool_calls_are_refused(server):
-    messages = [*CHAT, {"role": "assistant", "content": None,
-                        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
-                {"role": "user", "content": "and?"}]
-    with pytest.raises(openai.BadRequestError) as info:
-        server.openai().chat.completions.create(model="tiny", messages=messages, max_tokens=4)
-    assert info.value.param == "messages[1].tool_calls"
 
 
 def doc_table() -> dict[str, str]:
