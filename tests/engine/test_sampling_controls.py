@@ -108,7 +108,7 @@ def test_an_exact_drafter_is_accepted_whole_blocks():
     plain = HostSampler(Request(prompt, **kw), prompt, None, eos=0)
     text = list(prompt)
     for _ in range(24):
-        text += plain.commit([], lambda i: table[text[-1]].copy())[1]
+        text += plain.commit([], lambda i, text=text: table[text[-1]].copy())[1]
     assert len(set(text[2:8])) > 3  # the penalties did shape it
 
     spec = HostSampler(Request(prompt, **kw), prompt, None, eos=0)
@@ -116,11 +116,11 @@ def test_an_exact_drafter_is_accepted_whole_blocks():
     while len(got) < len(text):
         n = len(got)
         want = text[n : n + k]  # the exact drafter: block row i favours the plain text's next token
-        drafts = spec.draft(lambda i: np.where(np.arange(v) == (want + [0])[i], 9.0, 0.0).astype(np.float32),
-                            len(want))
+        drafts = spec.draft(
+            lambda i, want=want: np.where(np.arange(v) == (want + [0])[i], 9.0, 0.0).astype(np.float32), len(want))
         assert drafts == want
         path = got + drafts
-        m, committed = spec.commit(drafts, lambda i: table[path[n - 1 + i]].copy())
+        m, committed = spec.commit(drafts, lambda i, path=path, n=n: table[path[n - 1 + i]].copy())
         accepted += m
         got += committed
     assert got[: len(text)] == text
@@ -227,7 +227,7 @@ def test_first_three_sampled_tokens_follow_plain_sampling(pair, llms, name, mode
     """Penalties change p at positions 2 and 3 through the tokens before them, drafted ones included: the joint of
     the first three tokens with speculation against plain sampling with the same controls (chi-square at alpha
     1e-3), and each histogram against plain sampling without them (the controls must move it)."""
-    from test_rejection_sampling import _chi_square_ok
+    from tests.engine.test_rejection_sampling import _chi_square_ok
 
     _, toks, ban, _ = pair
     plain, spec = llms
