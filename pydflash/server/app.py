@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from . import metrics
 from . import schemas as S
-from .errors import AuthenticationError, envelope, install, log_safe, responses
+from .errors import AuthenticationError, InvalidRequestError, envelope, install, log_safe, responses
 from .limits import BodyLimit
 from .preset import ServerModels
 from .router import ModelUnavailable, Router
@@ -73,6 +73,12 @@ class WorkerProxy:
 
     async def forward(self, path: str, model: Optional[str], stream: bool, http: HTTPRequest) -> Response:
         return await _forward(self.router, path, model, stream, http)
+
+    async def load(self, name: str) -> None:
+        await self.router.load(name)
+
+    async def unload(self, name: str) -> None:
+        await self.router.unload(name)
 
 
 def create_app(models: ServerModels, api_key: Optional[str] = None, max_resident: int = 2,
@@ -125,15 +131,55 @@ def create_app(models: ServerModels, api_key: Optional[str] = None, max_resident
                           body: Optional[S.SlotActionRequest] = None):
         return await backend.forward(f"/slots/{id_slot}?action={action}", body.model if body else None, False, http)
 
+    # --- llama-server's native endpoints (the worker answers: native_api.py) ----------------------------------------
+    # GET routes name their model in the query (?model=), as llama-server's router mode does
+    @app.post("/completion", responses=_responses(S.NativeCompletionEvent))
+    async def native_completion(body: S.NativeCompletionRequest, http: HTTPRequest):
+        return await backend.forward("/completion", body.model, body.stream, http)
+
+    @app.post("/apply-template", response_model=S.ApplyTemplateResponse, responses=_responses())
+    async def apply_template(body: S.ChatCompletionRequest, http: HTTPRequest):
+        return await backend.forward("/apply-template", body.model, False, http)
+
+    @app.get("/props", responses=responses(401, 404, 503))
+    async def props(http: HTTPRequest, model: Optional[str] = None):
+        return await backend.forward("/props", model, False, http)
+
+    @app.get("/slots", responses=responses(401, 404, 503))
+    async def slot_states(http: HTTPRequest, model: Optional[str] = None):
+        return await backend.forward("/slots", model, False, http)
+
+    # --- model control (llama-server's router mode) ---------------------------------------------------------------
+    def meta(name: str, status: str) -> S.ModelMeta:
+        preset = models.presets[name]
+        return S.ModelMeta(resident=status == "ready", default=name == models.default, status=_STATUS[status],
+                           n_ctx=preset.n_ctx_slot, n_slots=preset.n_slots, drafter=preset.pair_files()[1])
+
+    @app.get("/models", response_model=S.RouterModelList)
+    async def router_models():
+        status = backend.status()
+        return S.RouterModelList(data=[
+            S.RouterModel(id=name, path=models.presets[name].pair_files()[0],
+                          status=S.RouterModelStatus(value=_STATUS[status[name]]), meta=meta(name, status[name]))
+            for name in models.presets])
+
+    @app.post("/models/load", response_model=S.ModelControlResponse, responses=responses(400, 401, 404, 503))
+    async def load_model(body: S.ModelControlRequest):
+        await _control(backend, "load")(body.model)
+        return S.ModelControlResponse()
+
+    @app.post("/models/unload", response_model=S.ModelControlResponse, responses=responses(400, 401, 404, 503))
+    async def unload_model(body: S.ModelControlRequest):
+        await _control(backend, "unload")(body.model)
+        return S.ModelControlResponse()
+
     # --- status ---------------------------------------------------------------------------------------------------
     @app.get("/v1/models", response_model=S.ModelList)
     async def list_models():
         status = backend.status()
         created = int(time.time())
-        return S.ModelList(data=[
-            S.ModelCard(id=name, created=created,
-                        meta=S.ModelMeta(resident=status[name] == "ready", default=name == models.default))
-            for name in models.presets])
+        return S.ModelList(data=[S.ModelCard(id=name, created=created, meta=meta(name, status[name]))
+                                 for name in models.presets])
 
     @app.get("/health", response_model=S.HealthResponse,
              responses={503: {"model": S.HealthResponse, "description": "a model is loading or restarting"}})
@@ -152,6 +198,19 @@ def create_app(models: ServerModels, api_key: Optional[str] = None, max_resident
         return Response(data, media_type=content_type)
 
     return app
+
+
+# a backend's model states under llama-server's router names (a worker respawning after a failure is loading)
+_STATUS = {"ready": "loaded", "loading": "loading", "restarting": "loading", "unloaded": "unloaded"}
+
+
+def _control(backend, action: str):
+    """The backend's load or unload; a backend without model control (Ray Serve places the models itself)
+    answers 400."""
+    fn = getattr(backend, action, None)
+    if fn is None:
+        raise InvalidRequestError(f"/models/{action} is not available with this backend: it places the models itself")
+    return fn
 
 
 class CountRejections:

@@ -112,6 +112,7 @@ APPLIED: dict[str, str] = {
 
 NO_EFFECT: dict[str, str] = {
     "user": "an end-user id for the client's own records",
+    "id_slot": "/completion: the engine picks the slot; the prompt cache finds a cached prefix in any",
     "mirostat_tau": "only acts with mirostat, which is refused",
     "mirostat_eta": "only acts with mirostat, which is refused",
     "xtc_threshold": "only acts with xtc_probability, which is refused",

@@ -44,3 +44,14 @@ def slot_file(engine, action: str, id_slot: int, path: Path, filename: str) -> d
     ms = (time.perf_counter() - t0) * 1e3
     return {"id_slot": id_slot, "filename": filename, "n_restored": out["n_restored"],
             "n_read": path.stat().st_size, "timings": {"restore_ms": ms}}
+
+
+def slot_states(engine) -> list[dict]:
+    """Each slot as llama-server's GET /slots shows it: whether it runs a request, which one, how far it got."""
+    out = []
+    for i, s in enumerate(engine.slots):
+        busy = s is not None
+        out.append({"id": i, "id_task": s.request.id if busy else -1, "is_processing": busy,
+                    "n_prompt_tokens": len(s.prompt) if busy else 0, "n_decoded": len(s.generated) if busy else 0,
+                    "n_remain": (s.request.max_tokens - len(s.generated)) if busy else -1})
+    return out

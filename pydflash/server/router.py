@@ -29,8 +29,8 @@ from typing import Optional
 
 import httpx
 
-from .errors import NotFoundError, Unavailable, log_safe
-from .metrics import RESIDENT, RESTARTS, process_dead
+from .errors import InvalidRequestError, NotFoundError, Unavailable, log_safe
+from .metrics import RESIDENT, RESTARTS, process_dead, remove_owned_dir
 from .preset import Preset, ServerModels
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,10 @@ _CAUSE = re.compile(r"Error|GGML_ASSERT|error:|Fatal Python error|Aborted|Segmen
 
 class ModelNotFound(NotFoundError):
     """No preset has this name."""
+
+
+class ModelNotLoaded(InvalidRequestError):
+    """POST /models/unload for a model that no worker holds."""
 
 
 class ModelUnavailable(Unavailable):
@@ -295,6 +299,30 @@ class Router:
         self.mru = key
         return w
 
+    # --- model control (llama-server's POST /models/load and /models/unload) ---------------------------------------
+    def exact(self, name: str) -> str:
+        """A preset named exactly (model control acts on a name, never on "any")."""
+        if name not in self.models.presets:
+            served = ", ".join(repr(k) for k in self.models.presets)
+            raise ModelNotFound(f"model {name!r} not found; the served models are {served} (GET /models)")
+        return name
+
+    async def load(self, name: str) -> None:
+        """Start the preset's worker unless it runs, and wait until it serves (evicting as a request would)."""
+        self.release(await self.acquire(self.exact(name)))
+
+    async def unload(self, name: str) -> None:
+        """Stop the preset's worker; one that serves requests now is left alone (503, retry)."""
+        key = self.exact(name)
+        async with self._lock:
+            w = self.workers.get(key)
+            if w is None or key in self._respawning:
+                raise ModelNotLoaded(f"model {key!r} is not loaded")
+            if w.inflight:
+                raise ModelUnavailable(f"model {key!r} is serving requests; retry once they end")
+            log.info("unloading model %s (asked)", log_safe(key))
+            await self._unload(key)
+
     def release(self, w: Worker) -> None:
         w.inflight -= 1
         w.last_used = time.monotonic()
@@ -344,6 +372,7 @@ class Router:
         for key in list(self.workers):
             await self._unload(key)
         _remove_dir(self._sock_dir)  # the workers are gone: nothing listens in it any more
+        remove_owned_dir()  # nor writes metrics (the directory is this process's if it made it: metrics.py)
 
     async def _watch(self) -> None:
         """Respawn workers that died without being asked to (native abort, OOM kill, SIGKILL, engine failure)."""

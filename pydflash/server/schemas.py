@@ -440,6 +440,44 @@ class ChatCompletionRequest(_Generation):
         return c.model_dump() if isinstance(c, NamedToolChoice) else c
 
 
+# --- llama-server's native endpoints (native_api.py) ---------------------------------------------------------------
+
+
+class NativeCompletionRequest(_Generation):
+    """POST /completion: llama-server's body. One prompt (a string, tokenized with BOS, or token ids); n_predict
+    (default -1: until EOS or the end of the slot) is the limit."""
+
+    prompt: Union[Annotated[Text, Field(min_length=1)], Annotated[list[TokenId], Field(min_length=1)]]
+    id_slot: Optional[Int] = -1  # no effect: the engine picks the slot (the prompt cache finds a prefix anywhere)
+
+    @property
+    def max_tokens(self) -> Optional[int]:
+        return self._predicted()
+
+
+class NativeCompletionEvent(BaseModel):
+    """One streamed event of POST /completion; the last one (stop: true) also has the summary's fields."""
+
+    index: int = 0
+    content: str
+    tokens: list[int]
+    stop: bool
+    id_slot: int = -1
+    tokens_predicted: int
+
+
+class ApplyTemplateResponse(BaseModel):
+    prompt: str
+
+
+class ModelControlRequest(_Body):
+    model: Text  # a preset name, exactly
+
+
+class ModelControlResponse(BaseModel):
+    success: bool = True
+
+
 # --- /tokenize, /detokenize ----------------------------------------------------------------------------------------
 
 
@@ -709,6 +747,10 @@ class ModelMeta(BaseModel):
 
     resident: bool = False  # loaded in a worker now
     default: bool = False  # the preset that "any" resolves to when nothing is resident
+    status: Literal["loaded", "loading", "unloaded"] = "unloaded"  # llama-server's router names (restarting: loading)
+    n_ctx: int = 0  # each slot's context (the preset's n_ctx_slot)
+    n_slots: int = 0
+    drafter: Optional[str] = None  # the DFlash drafter's GGUF; None: plain decoding
 
 
 class ModelCard(BaseModel):
@@ -722,6 +764,25 @@ class ModelCard(BaseModel):
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
+
+
+class RouterModelStatus(BaseModel):
+    value: Literal["loaded", "loading", "unloaded"]
+
+
+class RouterModel(BaseModel):
+    """One entry of GET /models (llama-server's router mode)."""
+
+    id: str
+    object: Literal["model"] = "model"
+    path: str  # the target GGUF
+    status: RouterModelStatus
+    meta: ModelMeta
+
+
+class RouterModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[RouterModel]
 
 
 class HealthResponse(BaseModel):

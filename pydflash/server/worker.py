@@ -37,6 +37,7 @@ from .engine_process import EXIT_ENGINE_DEAD, EXIT_LOAD_FAILED, load_engine
 from .engine_process_client import EngineExited, EngineProcessClient
 from .engine_thread import EngineThread
 from .metrics import StepRecorder
+from .native_api import NativeAPI
 from .preset import Preset
 from .scoring import ScoreService
 from .tokenizer import Tokenizer
@@ -75,6 +76,7 @@ def create_worker_app(preset: Preset, engine: Optional[EngineClient] = None,
     info = engine.info
     template = resolve_template(info, preset)
     gen = Completions(engine, tokenizer, preset.name, template, recorder, ScoreService(engine))
+    native = NativeAPI(gen, engine, preset)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -95,6 +97,24 @@ def create_worker_app(preset: Preset, engine: Optional[EngineClient] = None,
     @app.post("/v1/chat/completions")
     async def chat_completions(body: S.ChatCompletionRequest, http: HTTPRequest):
         return await gen.chat(body, http)
+
+    # llama-server's native endpoints (native_api.py). The router always POSTs to its workers, so the GET ones
+    # are served on POST too.
+    @app.post("/completion")
+    async def completion(body: S.NativeCompletionRequest, http: HTTPRequest):
+        return await native.completion(body, http)
+
+    @app.api_route("/props", methods=["GET", "POST"])
+    async def properties():
+        return native.props()
+
+    @app.api_route("/slots", methods=["GET", "POST"])
+    async def slot_list():
+        return await native.slots()
+
+    @app.post("/apply-template")
+    async def apply_template(body: S.ChatCompletionRequest) -> S.ApplyTemplateResponse:
+        return native.apply_template(body)
 
     @app.post("/tokenize")
     async def tokenize(body: S.TokenizeRequest) -> S.TokenizeResponse:
