@@ -8,18 +8,37 @@ hands the same directory to the workers it spawns through the environment.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 import time
 
 ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
+_owned: dict[str, int] = {}  # the directory this process made -> its pid
+
+
 def ensure_dir() -> str:
     if not os.environ.get(ENV):
-        os.environ[ENV] = tempfile.mkdtemp(prefix="pydflash-metrics-")
+        path = os.environ[ENV] = tempfile.mkdtemp(prefix="pydflash-metrics-")
+        # The process that made the directory owns it (the router; the workers and engine processes it spawns
+        # inherit the variable and only write there): one was left in /tmp per server run before. The router's
+        # shutdown removes it once its workers are stopped (remove_owned_dir); atexit covers other exits of its
+        # Python, but not a SIGTERM, which uvicorn re-raises after its shutdown, so the process dies of it.
+        _owned[path] = os.getpid()
+        atexit.register(remove_owned_dir)
     os.makedirs(os.environ[ENV], exist_ok=True)
     return os.environ[ENV]
+
+
+def remove_owned_dir() -> None:
+    """Remove the metrics directory if this process made it (not in a forked child that inherited the record)."""
+    for path, owner in list(_owned.items()):
+        if os.getpid() == owner:
+            shutil.rmtree(path, ignore_errors=True)
+            del _owned[path]
 
 
 ensure_dir()
