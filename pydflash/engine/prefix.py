@@ -438,9 +438,11 @@ class PromptCache:
 
     def after_prefill(self, slot: Slot) -> None:
         """A checkpoint at the end of the prompt: where the next turn of a chat is most likely to diverge. With a
-        device tier, a device entry of the prompt (no copy), for a recurring prompt only."""
+        device tier, a device entry of the prompt (no copy), for a recurring prompt only, or for one that requests
+        sharing it will reuse while it runs (``Request.share_prompt``: a resident serves only once released)."""
         if self.device is not None:
-            if self._outgrows_window(slot) and self.recurs[slot.seq] and slot.n_past >= self.cfg.block:
+            keep = self._outgrows_window(slot) and self.recurs[slot.seq] or slot.request.share_prompt
+            if keep and slot.request.cache_prompt and slot.n_past >= self.cfg.block:
                 self._keep_live(slot)
             return
         ck = self.live_ckpts[slot.seq]

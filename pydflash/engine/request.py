@@ -89,6 +89,8 @@ class Request:
     seed: Optional[int] = None  # None: fresh entropy (see the class docstring)
     sampling_mode: str = "rejection"  # or "match" (sample-and-match); ignored at temperature 0
     cache_prompt: bool = True  # reuse a cached prefix of the prompt (and keep this one for later requests)
+    # keep the prompt's prefill for the requests that share it while this one runs (the server's n > 1 choices)
+    share_prompt: bool = False
     logit_bias: Optional[Mapping[int, float]] = None  # token id -> added to its logit; <= -100: banned
     min_p: float = 0.0  # 0: off
     presence_penalty: float = 0.0
@@ -113,7 +115,7 @@ class Request:
         self.stop = list(self.stop)
         if self.draft_max is not None and (not _is_int(self.draft_max) or self.draft_max < 0):
             _fail(f"draft_max must be None or an integer >= 0, got {self.draft_max!r}")
-        for name in ("ignore_eos", "add_special", "cache_prompt"):
+        for name in ("ignore_eos", "add_special", "cache_prompt", "share_prompt"):
             if not isinstance(getattr(self, name), bool):
                 _fail(f"{name} must be a bool, got {getattr(self, name)!r}")
         if not _is_real(self.temperature) or not (0.0 <= self.temperature < math.inf):  # also rejects NaN

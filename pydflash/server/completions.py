@@ -25,6 +25,8 @@ from ..errors import ContextOverflow, InvalidRequest
 from . import schemas as S
 from . import tools
 from .chat import ChatTemplate
+from .choices import choice_seed, n_choices
+from .controls import engine_kwargs, field_error
 from .errors import envelope, to_api_error
 from .engine_client import ACCEPTED, EngineClient, Sink
 from .metrics import REQUESTS, StepRecorder
@@ -47,7 +49,8 @@ class Call:
     kind: str  # "completion" or "chat"
     model: str
     reqs: list[Request]
-    prompts: list[list[int]]  # the tokens of each prompt (for usage, echo and logprobs)
+    prompts: list[list[int]]  # the tokens of each request's prompt (for usage, echo and logprobs)
+    n: int = 1  # choices per prompt: reqs[k * n + j] is prompt k's choice j
     sink: Sink = field(default_factory=Sink)
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
@@ -75,10 +78,12 @@ class Completions:
     async def completion(self, body: S.CompletionRequest, http: HTTPRequest):
         if body.stream and body.logprobs is not None:
             raise InvalidRequest("logprobs are not supported with stream=true; use a non-streamed request")
-        prompts = await self._completion_prompts(body.prompts())
-        call = Call("completion", self.model, [self._request(p, body) for p in prompts], prompts,
-                    id="cmpl-" + uuid.uuid4().hex)
-        await self._start(call)
+        n = n_choices(body, self.engine.info.n_slots)
+        controls = await engine_kwargs(body, self.tokenizer, None)
+        prompts = [p for p in await self._completion_prompts(body.prompts()) for _ in range(n)]
+        reqs = [self._request(p, body, controls, i % n, n) for i, p in enumerate(prompts)]
+        call = Call("completion", self.model, reqs, prompts, n=n, id="cmpl-" + uuid.uuid4().hex)
+        await self._start(call, body)
         echo = [self.tokenizer.echo_text(p) for p in call.prompts] if body.echo else None
         if body.stream:
             return self._stream(call, http, body, echo_text=echo)
@@ -110,24 +115,30 @@ class Completions:
         tokens = await self.tokenizer.tokenize(text, add_special, True)
         if not tokens:
             raise InvalidRequest("the rendered chat prompt is empty")
-        call = Call("chat", self.model, [self._request(tokens, body, grammar=tools.grammar(tp))], [tokens],
-                    id="chatcmpl-" + uuid.uuid4().hex, tools=tp if tp.parses else None)
-        await self._start(call)
+        n = n_choices(body, self.engine.info.n_slots)
+        controls = await engine_kwargs(body, self.tokenizer, tools.grammar(tp))
+        call = Call("chat", self.model, [self._request(tokens, body, controls, j, n) for j in range(n)], [tokens] * n,
+                    n=n, id="chatcmpl-" + uuid.uuid4().hex, tools=tp if tp.parses else None)
+        await self._start(call, body)
         if body.stream:
             return self._stream(call, http, body)
         await self._collect(call, http)
-        res = call.results[call.reqs[0].id]
-        logprobs = None
-        if body.logprobs:
-            logprobs = await self.scorer.chat_logprobs(tokens, res.tokens, body.top_logprobs or 0)
-        content, calls = tools.split(res.text, call.tools) if call.tools is not None else (res.text, [])
-        message = S.ChatMessageOut(role="assistant", content=content, tool_calls=[c.message() for c in calls] or None)
-        choice = S.ChatChoice(index=0, message=message, finish_reason="tool_calls" if calls else res.finish_reason,
-                              logprobs=logprobs)
-        if body.return_tokens:
-            choice.tokens = list(res.tokens)
+        choices = []
+        for i, req in enumerate(call.reqs):
+            res = call.results[req.id]
+            logprobs = None
+            if body.logprobs:
+                logprobs = await self.scorer.chat_logprobs(tokens, res.tokens, body.top_logprobs or 0)
+            content, calls = tools.split(res.text, call.tools) if call.tools is not None else (res.text, [])
+            message = S.ChatMessageOut(role="assistant", content=content,
+                                       tool_calls=[c.message() for c in calls] or None)
+            choice = S.ChatChoice(index=i, message=message, finish_reason="tool_calls" if calls else res.finish_reason,
+                                  logprobs=logprobs)
+            if body.return_tokens:
+                choice.tokens = list(res.tokens)
+            choices.append(choice)
         self._count(call, "ok")
-        return S.ChatCompletionResponse(id=call.id, created=call.created, model=self.model, choices=[choice],
+        return S.ChatCompletionResponse(id=call.id, created=call.created, model=self.model, choices=choices,
                                         usage=self._usage(call), timings=self._timings(call))
 
     # --- requests -------------------------------------------------------------------------------------------------
@@ -158,19 +169,21 @@ class Completions:
                 f"the prompt has {n} bytes; a token covers at most {info.max_token_bytes} bytes of this vocabulary, "
                 f"so it needs more tokens than the slot context ({info.n_ctx_slot})")
 
-    def _request(self, tokens: Sequence[int], body, grammar: Optional[str] = None) -> Request:
-        """``grammar``: a forced tool call's (tools.grammar)."""
+    def _request(self, tokens: Sequence[int], body, controls: dict, choice: int = 0, n: int = 1) -> Request:
+        """``controls``: ``controls.engine_kwargs`` of the body; ``choice``: the index among the prompt's ``n``
+        choices (its seed; the first keeps its prefill for the others)."""
         draft_max = None
         spec = body.speculative
         if spec is not None:
             draft_max = 0 if not spec.enabled else spec.n_max
         try:
             return Request(list(tokens), max_tokens=self._max_tokens(body, len(tokens)), stop=list(body.stop),
-                           temperature=body.temperature, top_k=body.top_k or 0, top_p=body.top_p, seed=body.seed,
-                           sampling_mode=body.sampling_mode, draft_max=draft_max, ignore_eos=body.ignore_eos,
-                           cache_prompt=body.cache_prompt, grammar=grammar)
+                           temperature=body.temperature, top_k=body.top_k or 0, top_p=body.top_p,
+                           seed=choice_seed(body.seed, choice), sampling_mode=body.sampling_mode,
+                           draft_max=draft_max, ignore_eos=body.ignore_eos, cache_prompt=body.cache_prompt,
+                           share_prompt=n > 1 and choice == 0, **controls)
         except ValueError as exc:  # Request validates its own fields; anything it refuses is the client's
-            raise InvalidRequest(str(exc)) from exc
+            raise field_error(InvalidRequest(str(exc)), body) from exc
 
     def _max_tokens(self, body, n_prompt: int) -> int:
         """The body's limit; without one (chat, or n_predict: -1), whatever the slot still holds (as OpenAI's
@@ -181,13 +194,24 @@ class Completions:
         info = self.engine.info  # sizes fixed at load: the engine owns everything else
         return max(1, info.n_ctx_slot - n_prompt - info.block_size)
 
-    async def _start(self, call: Call) -> None:
-        """Submit every request and wait until each is accepted; on any refusal cancel the others and raise."""
+    async def _start(self, call: Call, body=None) -> None:
+        """Submit every request and wait until each is accepted; on any refusal cancel the others and raise.
+
+        With n > 1 each prompt's first choice goes first and the others once it has its first event, which comes
+        after its prompt is prefilled: that prefill is then in the KV (kept for them, ``Request.share_prompt``),
+        and the others reuse it through the prompt cache instead of prefilling the prompt n times at once."""
+        leaders = call.reqs[::call.n]
+        await self._submit(call, leaders, body)
+        if call.n > 1:
+            await self._first_events(call, leaders)
+            await self._submit(call, [r for i, r in enumerate(call.reqs) if i % call.n], body)
+
+    async def _submit(self, call: Call, reqs: list[Request], body) -> None:
         now = time.monotonic()
-        for r in call.reqs:
+        for r in reqs:
             self.recorder.started[r.id] = now
             self.engine.submit(r, call.sink)
-        pending = {r.id for r in call.reqs}
+        pending = {r.id for r in reqs}
         error: Optional[BaseException] = None
         while pending:
             rid, item = await call.sink.get()
@@ -198,10 +222,24 @@ class Completions:
                 error = error or item
             else:  # an event can overtake another request's acceptance: keep it for the reader
                 call.backlog.append((rid, item))
-        if error is not None:  # a 4xx (or 503): the router counts what it answers, so nothing is counted here
-            self._cancel(call)
-            call.counted = True
-            raise error
+        if error is not None:
+            self._fail_start(call, error, body)
+
+    async def _first_events(self, call: Call, reqs: list[Request]) -> None:
+        """Wait until each of ``reqs`` has sent an event (kept in the backlog for the reader)."""
+        waiting = {r.id for r in reqs} - {rid for rid, _ in call.backlog}
+        while waiting:
+            rid, item = await call.sink.get()
+            if isinstance(item, BaseException):
+                self._fail_start(call, item, body=None)
+            call.backlog.append((rid, item))
+            waiting.discard(rid)
+
+    def _fail_start(self, call: Call, error: BaseException, body) -> None:
+        # a 4xx (or 503): the router counts what it answers, so nothing is counted here
+        self._cancel(call)
+        call.counted = True
+        raise field_error(error, body) if body is not None else error
 
     def _cancel(self, call: Call) -> None:
         for r in call.reqs:
@@ -255,10 +293,11 @@ class Completions:
     async def _frames(self, call: Call, http: HTTPRequest, include_usage: bool, echo_text: Optional[list[str]],
                       return_tokens: bool) -> AsyncIterator[dict]:
         chunk = _ChunkMaker(call, return_tokens)
-        reader = tools.CallReader(call.tools) if call.tools is not None else None
+        readers = {i: tools.CallReader(call.tools) for i in range(len(call.reqs))} if call.tools is not None else {}
         try:
             if call.kind == "chat":
-                yield chunk.frame(0, role="assistant", text="")
+                for i in range(len(call.reqs)):
+                    yield chunk.frame(i, role="assistant", text="")
             for i, t in enumerate(echo_text or []):
                 yield chunk.frame(i, text=t)
             while len(call.results) < len(call.reqs):
@@ -273,6 +312,7 @@ class Completions:
                     yield {"data": "[DONE]"}
                     return
                 i = call.index(rid)
+                reader = readers.get(i)
                 if reader is not None:  # content as it comes, each tool call once its block is closed
                     for frame in chunk.parts(i, reader.feed(item.text) + (reader.finish() if item.finished else [])):
                         yield frame
@@ -293,10 +333,12 @@ class Completions:
 
     # --- response parts -------------------------------------------------------------------------------------------
     def _usage(self, call: Call) -> S.Usage:
-        prompt = sum(len(p) for p in call.prompts)
-        done = list(call.results.values())
-        completion = sum(len(r.tokens) for r in done)
-        cached = sum(getattr(r.stats, "n_cached", 0) for r in done)
+        """Each prompt counts once, as its first choice's (the others reuse its prefill: timings.cache_n has their
+        cached tokens too); completion tokens sum over every choice."""
+        prompt = sum(len(p) for p in call.prompts[::call.n])
+        completion = sum(len(r.tokens) for r in call.results.values())
+        leaders = [call.results[r.id] for r in call.reqs[::call.n] if r.id in call.results]
+        cached = sum(getattr(r.stats, "n_cached", 0) for r in leaders)
         return S.Usage.of(prompt, completion, cached)
 
     def _timings(self, call: Call) -> S.Timings:
@@ -325,7 +367,7 @@ class _ChunkMaker:
     def __init__(self, call: Call, return_tokens: bool = False):
         self.call = call
         self.return_tokens = return_tokens
-        self.n_calls = 0  # tool calls sent so far (their delta index)
+        self.n_calls: dict[int, int] = {}  # tool calls sent so far per choice (their delta index)
 
     def _base(self) -> dict:
         c = self.call
@@ -355,8 +397,8 @@ class _ChunkMaker:
             if isinstance(p, str):
                 frames.append(self.frame(index, text=p))
                 continue
-            k = self.n_calls
-            self.n_calls += 1
+            k = self.n_calls.get(index, 0)
+            self.n_calls[index] = k + 1
             head = {"index": k, "id": p.id, "type": "function", "function": {"name": p.name, "arguments": ""}}
             frames.append(self._delta(index, {"tool_calls": [head]}))
             frames.append(self._delta(index, {"tool_calls": [{"index": k, "function": {"arguments": p.arguments}}]}))

@@ -3,7 +3,7 @@ never accepted and ignored.
 
 - ``APPLIED``: fields the handlers pass on to the engine (or act on), with what they mean here.
 - ``REFUSED``: fields that would change the output and are not applied. Each is accepted only at a neutral value,
-  one that changes nothing (``n: 1``, ``presence_penalty: 0``, ``logit_bias: {}``; null always), so that clients
+  one that changes nothing (``mirostat: 0``, ``suffix: ""``, ``functions: []``; null always), so that clients
   which send their defaults keep working; any other value is a 400 whose ``param`` names the field. The published
   JSON schema says the same (``schemas.py`` declares each refused field with its neutral values as an enum).
 - ``NO_EFFECT``: fields accepted whatever they hold, because they change nothing in the output.
@@ -47,23 +47,9 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-NEXT = "not applied by the server yet"  # the engine has it (engine/controls.py); the server's wiring comes next
 NONE = "not supported"
 
 REFUSED: dict[str, Refused] = {
-    # sampling controls and constrained output
-    "logit_bias": Refused(({},), NEXT),
-    "min_p": Refused((0,), NEXT),
-    "presence_penalty": Refused((0,), NEXT),
-    "frequency_penalty": Refused((0,), NEXT),
-    "repeat_penalty": Refused((1,), NEXT),  # llama-server
-    "repeat_last_n": Refused((0, 64), NEXT),  # llama-server: the penalties' window (64: its default, 0: off)
-    "grammar": Refused(("",), NEXT),  # llama-server: GBNF
-    "json_schema": Refused((), NEXT),  # llama-server: {} would mean "any JSON", which changes the output
-    "response_format": Refused(({"type": "text"},), NONE),
-    # more than one choice per prompt
-    "n": Refused((1,), "not supported: one choice per prompt"),
-    "best_of": Refused((1,), "not supported: one choice per prompt"),
     # completions: insertion
     "suffix": Refused(("",), NONE),
     # chat: OpenAI's older names for tools and tool_choice (applied)
@@ -108,6 +94,19 @@ APPLIED: dict[str, str] = {
     "tools": "chat: functions the model may call, rendered into the prompt (tools.py)",
     "tool_choice": "chat: auto (text or calls), none, required or a named function (both grammar-constrained)",
     "parallel_tool_calls": "chat: false allows one call per answer",
+    # sampling controls (engine/controls.py), on the target and the drafter alike; server/controls.py maps them
+    "logit_bias": "{token id: bias} (OpenAI) or [[id or text, bias], ...] (llama-server; false bans); -100 bans",
+    "min_p": "0: off",
+    "presence_penalty": "in [-2, 2], over the last repeat_last_n tokens",
+    "frequency_penalty": "in [-2, 2], over the last repeat_last_n tokens",
+    "repeat_penalty": "llama-server's, in (0, 10]; 1: off",
+    "repeat_last_n": "the penalties' window over prompt + output; 64 by default, -1: all, 0: off",
+    "grammar": "llama-server's GBNF: only what it allows is committed",
+    "json_schema": "llama-server's: output that validates against the schema",
+    "response_format": "text, json_object (any object) or json_schema (its schema, always strict)",
+    # more than one choice per prompt
+    "n": "choices per prompt, each with its own seed stream, sharing the prompt's prefill; at most the slots",
+    "best_of": "only equal to n: choosing the best needs a score the server does not compute",
 }
 
 NO_EFFECT: dict[str, str] = {

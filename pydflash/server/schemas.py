@@ -135,6 +135,41 @@ class SpeculativeOptions(_Body):
     n_max: Optional[NonNegativeInt] = None  # most drafted tokens per step; clamped to the drafter's block
 
 
+# logit_bias: OpenAI's {"<token id>": bias}, or llama-server's [[id or token text, bias], ...] (also text keys in
+# the object form); a bias of false bans the token. server/controls.py turns either into {token id: bias}.
+Bias = Union[Annotated[float, Field(ge=-100, le=100, allow_inf_nan=False)], Literal[False]]
+# strict mode takes a tuple only as a tuple; JSON has arrays, so a pair arrives as a list
+BiasPair = Annotated[tuple[Union[TokenId, Text], Bias],
+                     BeforeValidator(lambda v: tuple(v) if isinstance(v, list) else v)]
+LogitBias = Union[dict[Text, Bias], list[BiasPair]]
+Penalty = Annotated[float, Field(ge=-2, le=2, allow_inf_nan=False)]  # OpenAI's presence / frequency range
+
+
+class ResponseFormatText(_Body):
+    type: Literal["text"]
+
+
+class ResponseFormatJSONObject(_Body):
+    type: Literal["json_object"]
+    schema_: Optional[dict[str, Any]] = Field(None, alias="schema")  # llama-server's extension: this schema
+
+
+class JSONSchemaSpec(_Body):
+    name: Optional[Text] = None
+    description: Optional[Text] = None
+    schema_: Optional[dict[str, Any]] = Field(None, alias="schema")  # None: any JSON object
+    strict: Optional[bool] = None  # the output always follows the schema (a grammar), strict or not
+
+
+class ResponseFormatJSONSchema(_Body):
+    type: Literal["json_schema"]
+    json_schema: JSONSchemaSpec
+
+
+ResponseFormat = Annotated[Union[ResponseFormatText, ResponseFormatJSONObject, ResponseFormatJSONSchema],
+                           Field(discriminator="type")]
+
+
 class _Generation(_Refusals):
     """Fields common to /v1/completions and /v1/chat/completions (and, refused, every field of fields.REFUSED)."""
 
@@ -155,6 +190,18 @@ class _Generation(_Refusals):
     cache_prompt: Optional[bool] = True  # reuse a cached prefix of this prompt (prompt cache)
     ignore_eos: Optional[bool] = False  # extension (llama-server): keep generating past end-of-generation tokens
     return_tokens: Optional[bool] = False  # extension (llama-server): the generated token ids in each choice
+    # sampling controls (server/controls.py maps them onto the engine Request); None: off
+    logit_bias: Optional[LogitBias] = None
+    min_p: Optional[float] = Field(None, ge=0, le=1, allow_inf_nan=False)
+    presence_penalty: Optional[Penalty] = None
+    frequency_penalty: Optional[Penalty] = None
+    repeat_penalty: Optional[float] = Field(None, gt=0, le=10, allow_inf_nan=False)  # llama-server; 1: off
+    repeat_last_n: Optional[Annotated[int, Field(ge=-1), BeforeValidator(_integral)]] = None  # None: 64
+    grammar: Optional[Text] = None  # llama-server: GBNF; "" (its default): none
+    json_schema: Optional[dict[str, Any]] = None  # llama-server
+    response_format: Optional[ResponseFormat] = None
+    n: Optional[PositiveInt] = None  # choices per prompt; None: 1 (the handler caps it at the slots)
+    best_of: Optional[PositiveInt] = None  # only equal to n
 
     @field_validator("n_predict")
     @classmethod

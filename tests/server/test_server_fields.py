@@ -17,17 +17,17 @@ from pydflash.server.fields import APPLIED, NO_EFFECT, REFUSED
 
 # a value of each refused field that would change the output
 CHANGING = {
-    "logit_bias": {"5": -100}, "min_p": 0.05, "presence_penalty": 0.5, "frequency_penalty": -0.5,
-    "repeat_penalty": 1.1, "repeat_last_n": 128, "grammar": 'root ::= "yes" | "no"', "json_schema": {},
-    "response_format": {"type": "json_object"}, "n": 2, "best_of": 3, "suffix": "\n}\n",
+    "suffix": "\n}\n",
     "functions": [{"name": "f", "parameters": {}}], "function_call": {"name": "f"},
     "mirostat": 2, "typical_p": 0.9, "tfs_z": 0.95, "top_n_sigma": 1.5, "xtc_probability": 0.5,
     "dry_multiplier": 0.8, "dynatemp_range": 0.5, "samplers": ["top_k", "temperature"], "n_probs": 3,
     "t_max_predict_ms": 100,
 }
-NEUTRAL = {"n": 1, "best_of": 1, "presence_penalty": 0, "frequency_penalty": 0.0, "repeat_penalty": 1,
-           "repeat_last_n": 64, "logit_bias": {}, "grammar": "", "response_format": {"type": "text"},
-           "function_call": "none", "functions": [], "mirostat": 0, "min_p": 0, "suffix": ""}
+NEUTRAL = {"function_call": "none", "functions": [], "mirostat": 0, "suffix": "", "typical_p": 1}
+# applied fields at values that change nothing: still the same text
+APPLIED_NEUTRAL = {"n": 1, "best_of": 1, "presence_penalty": 0, "frequency_penalty": 0.0, "repeat_penalty": 1,
+                   "repeat_last_n": 64, "logit_bias": {}, "grammar": "", "response_format": {"type": "text"},
+                   "min_p": 0}
 PROMPT = "the quick brown fox"
 CHAT = [{"role": "user", "content": "hello"}]
 
@@ -73,6 +73,7 @@ def test_neutral_values_are_accepted_and_change_nothing(server):
 
     plain = text()
     assert text(**NEUTRAL) == plain
+    assert text(**APPLIED_NEUTRAL) == plain
     chat = client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=4, temperature=0, n=1,
                                           presence_penalty=0, logit_bias={}, response_format={"type": "text"})
     assert chat.choices[0].finish_reason in ("stop", "length")
