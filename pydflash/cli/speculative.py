@@ -148,8 +148,8 @@ def run(args) -> int:
     prompt = _read_prompt(args)
     to_context_end = _check_n_predict(args.n_predict)
     # with -n -1 the count is known once the prompt is tokenized (below); 1 stands in for the checks before that
-    sampling = dict(max_tokens=1 if to_context_end else args.n_predict, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
-                    seed=args.seed, sampling_mode=args.sampling_mode, **_controls(args))
+    sampling = dict(max_tokens=1 if to_context_end else args.n_predict, temperature=args.temp, top_k=args.top_k,
+                    top_p=args.top_p, seed=args.seed, sampling_mode=args.sampling_mode, **_controls(args))
     Request(prompt, **sampling)
     adaptive = args.draft_adaptive if args.draft_adaptive is not None else args.spec_synth_len is None
     cfg = EngineConfig(
@@ -277,7 +277,8 @@ def _print_stats(res, model: str) -> None:
         f"accept:      {100 * st.accept_rate:.1f}%",
         f"tau:         {st.mean_accept_len:.3f} tokens/step (incl. bonus)",
         f"speed:       {st.tokens_per_second:.1f} tok/s",
-        f"time (s):    prefill {t['prefill']}  draft {t['draft']}  verify {t['verify']}  commit {t['commit']}  host {t['host']}",
+        f"time (s):    prefill {t['prefill']}  draft {t['draft']}  verify {t['verify']}  commit {t['commit']}  "
+        f"host {t['host']}",
     ]
     if res.synthetic:
         lines.append("NOTE: synthetic acceptance was forced; the text above is NOT valid model output")

@@ -63,7 +63,10 @@ def target_ubatch(config: EngineConfig, n_batch: int) -> int:
 
 
 class Engine:
-    def __init__(self, pair: Pair, config: EngineConfig = EngineConfig(), cache: Optional[CacheConfig] = None):
+    # EngineConfig is a frozen dataclass of immutable fields, so one default instance shared by all engines is safe
+    def __init__(
+        self, pair: Pair, config: EngineConfig = EngineConfig(), cache: Optional[CacheConfig] = None  # noqa: B008
+    ):
         self.pair = pair
         self.config = config
         self.model = pair.target
@@ -469,7 +472,8 @@ class Engine:
         """rows == committed positions, and target/drafter aligned on them."""
         if self.target_ctx.seq_pos_max(slot.seq) != slot.n_past - 1:
             raise InvariantError(
-                f"slot {slot.seq}: target KV ends at {self.target_ctx.seq_pos_max(slot.seq)}, expected {slot.n_past - 1}"
+                f"slot {slot.seq}: target KV ends at {self.target_ctx.seq_pos_max(slot.seq)}, "
+                f"expected {slot.n_past - 1}"
             )
         if self.drafter is not None:
             featured = slot.n_featured

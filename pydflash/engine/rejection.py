@@ -133,7 +133,7 @@ def speculative_commit(
     switch must be decided before that row's acceptance test: switching only after a rejection would commit p
     on the rejected branch alone, and the row's marginal would no longer be p.
     """
-    for i, x in enumerate(drafts):
+    for i, _ in enumerate(drafts):
         p_x, q_x = p_of(i), q_of(i)
         if p_x is None or q_x is None:
             m = i + greedy_accept(drafts[i:], picks[i:])

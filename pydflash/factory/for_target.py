@@ -16,7 +16,8 @@ from . import weights as W
 from .drafter import DrafterSpec, _finish, drafter_weights
 
 # Gemma's vocabulary reserves id 4 for "<mask>"; other targets fall back to their unknown/pad token.
-DEFAULT_MASK_IDS = ("tokenizer.ggml.mask_token_id", "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.padding_token_id")
+DEFAULT_MASK_IDS = ("tokenizer.ggml.mask_token_id", "tokenizer.ggml.unknown_token_id",
+                    "tokenizer.ggml.padding_token_id")
 
 
 def _field(reader: gguf.GGUFReader, key: str):

@@ -100,7 +100,8 @@ def _is_cached(out_dir: Path, digest: str) -> bool:
         return False
     sizes = manifest.get("sizes", {})
     # a size check catches files truncated or replaced after the manifest was written
-    return all((out_dir / rel).is_file() and (out_dir / rel).stat().st_size == sizes.get(rel) for rel in _FILES.values())
+    return all((out_dir / rel).is_file() and (out_dir / rel).stat().st_size == sizes.get(rel)
+               for rel in _FILES.values())
 
 
 def _default_spec(arch: str, tied_output: bool) -> TargetSpec:

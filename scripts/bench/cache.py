@@ -187,8 +187,8 @@ def main(argv=None) -> int:
               "pydflash_commit": tree_commit(), "llama_cpp_commit": LLAMA_CPP_COMMIT,
               "params": {"rounds": args.rounds, "turns": len(TURNS), "system_tokens": args.system_tokens,
                          "answer_tokens": args.tokens},
-              "commands": ["python " + " ".join(shlex.quote(a) for a in ["scripts/bench/cache.py",
-                                                                          *(argv if argv is not None else sys.argv[1:])])],
+              "commands": ["python " + " ".join(shlex.quote(a) for a in [
+                  "scripts/bench/cache.py", *(argv if argv is not None else sys.argv[1:])])],
               "rounds": []}
     server = Server(shlex.split(args.start), log_path, args.ready_timeout)
     report["commands"].append("pydflash-server " + " ".join(shlex.quote(a) for a in server.cmd[3:]))

@@ -1,6 +1,7 @@
 """Acceptance of a drafter through pydflash on held-out prompts (never trained on).
 
-    .venv/bin/python scripts/bench/drafter_eval.py [--n 40] [--tokens 256] [--ngl 0] [--out docs/results/2026-11-29-cpu/drafter_eval_cpu.json]
+    .venv/bin/python scripts/bench/drafter_eval.py [--n 40] [--tokens 256] [--ngl 0] \\
+        [--out docs/results/2026-11-29-cpu/drafter_eval_cpu.json]
     .venv/bin/python scripts/bench/drafter_eval.py --suite [--n 4] [--only repetition] ...   # the drafter suite
 
 Without --suite: the first `prompt_len` tokens of each row of pydflash/train/heldout_eval.npz, split into code and

@@ -4,7 +4,8 @@ drafter (real acceptance ~0). All modes run side by side, interleaved over round
 reported as ratios to plain decoding (absolute CPU figures on a shared 2-core machine mean little; absolute
 figures count only from the GPU).
 
-    .venv/bin/python scripts/bench/engine.py [--rounds 3] [--tokens 128] [--slots 1] [--ngl 0] [--out docs/results/2026-11-29-cpu/bench_cpu.md]
+    .venv/bin/python scripts/bench/engine.py [--rounds 3] [--tokens 128] [--slots 1] [--ngl 0] \\
+        [--out docs/results/2026-11-29-cpu/bench_cpu.md]
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ def run_mode(llms, name, n_tokens, n_slots=1):
         "tok_s": sum(r.stats.n_generated for r in results) / (wall - prefill),
         "tau": sum(r.stats.n_generated for r in results) / sum(r.stats.n_steps for r in results),
         "steps": steps,
-        "per_step_ms": {k: 1000 * (a - b) / steps for k, a, b in zip(("draft", "verify", "commit", "host"), after, before)},
+        "per_step_ms": {k: 1000 * (a - b) / steps
+                        for k, a, b in zip(("draft", "verify", "commit", "host"), after, before)},
     }
 
 
@@ -92,7 +94,8 @@ def main(argv=None):
     drafter = write_random_drafter_for(target, cache_dir() / "models" / "gemma3-random-drafter.gguf")
     modes = [(name, kw, drafter) for name, kw in MODES]
     if SHIPPED_DRAFTER.exists():  # real acceptance, not synthetic
-        modes += [("trained drafter", {}, SHIPPED_DRAFTER), ("trained drafter, adaptive", dict(adaptive=True), SHIPPED_DRAFTER)]
+        modes += [("trained drafter", {}, SHIPPED_DRAFTER),
+                  ("trained drafter, adaptive", dict(adaptive=True), SHIPPED_DRAFTER)]
     if args.reduced_head:
         small = reduced_drafter(target, drafter, args.reduced_head)
         modes += [(f"{name}, {args.reduced_head // 1024}k head", kw, small) for name, kw in MODES[1:]]
@@ -128,9 +131,10 @@ def write_report(out: pathlib.Path, table, args) -> None:
     lines = [
         f"# Cost split: Gemma-3-270M Q4_K_M target, random DFlash drafter ({args.slots} concurrent, ngl {args.ngl})",
         "",
-        f"`scripts/bench/engine.py --rounds {args.rounds} --tokens {args.tokens} --threads {args.threads} --slots {args.slots} "
-        f"--ngl {args.ngl}`: all modes in one "
-        "process, interleaved, median over rounds; ms/step are per engine step (all slots). Synthetic modes force the mean acceptance length (counting the "
+        f"`scripts/bench/engine.py --rounds {args.rounds} --tokens {args.tokens} --threads {args.threads} "
+        f"--slots {args.slots} --ngl {args.ngl}`: all modes in one "
+        "process, interleaved, median over rounds; ms/step are per engine step (all slots). Synthetic modes force "
+        "the mean acceptance length (counting the "
         "bonus) like llama.cpp's `--spec-synth-len`; their text is not valid output. Ratios are to plain decoding "
         "through the same engine in the same run.",
         "",

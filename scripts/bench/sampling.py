@@ -22,7 +22,6 @@ import time
 from pydflash import api
 from pydflash.config import EngineConfig
 from pydflash.defaults import SHIPPED_DRAFTER, gemma_target
-from pydflash.engine.request import Request
 
 PROMPTS = [
     'def is_prime(n):\n    """Return True if n is a prime number."""\n',
@@ -95,7 +94,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     out = []
     for (temp, name), rs in rows.items():
-        med = lambda f: statistics.median(f(r) for r in rs)  # noqa: E731
+        med = lambda f, rs=rs: statistics.median(f(r) for r in rs)  # noqa: E731
         split = [med(lambda r, k=k: r["per_step_ms"][k]) for k in ("draft", "verify", "commit", "host")]
         print(f"| {temp} | {name} | {med(lambda r: r['accept']):.3f} | {med(lambda r: r['tau']):.2f} | "
               f"{med(lambda r: r['tok_s']):.1f} | " + " | ".join(f"{x:.2f}" for x in split) + " |")

@@ -341,7 +341,8 @@ def machine() -> dict:
     info = {"host": platform.node(), "cpu": cpu, "cores_usable": len(os.sched_getaffinity(0)),
             "python": platform.python_version(), "loadavg_at_start": os.getloadavg()}
     try:
-        info["gpu"] = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+        info["gpu"] = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                                      "--format=csv,noheader"],
                                      capture_output=True, text=True, timeout=20).stdout.strip() or None
     except (OSError, subprocess.TimeoutExpired):
         info["gpu"] = None
@@ -434,7 +435,8 @@ def main(argv=None) -> int:
     ap.add_argument("--frames-before", type=int, default=16, help="running stream frames before the long prompt")
     ap.add_argument("--stream-tokens", type=int, default=1024, help="max_tokens of the probe's running stream")
     ap.add_argument("--ready-timeout", type=float, default=600.0)
-    ap.add_argument("--out", default=default_out("server_load.json"), help="JSON report; the markdown goes next to it (.md)")
+    ap.add_argument("--out", default=default_out("server_load.json"),
+                    help="JSON report; the markdown goes next to it (.md)")
     ap.add_argument("--log-dir", default=None, help="server logs (default: next to --out)")
     args = ap.parse_args(argv)
 
@@ -450,7 +452,8 @@ def main(argv=None) -> int:
               "params": {"modes": [m.name for m in modes], "clients": levels, "requests": args.requests,
                          "tokens": args.tokens, "warmup": not args.no_warmup, "long_prompt": args.long_prompt,
                          "frames_before": args.frames_before, "stream_tokens": args.stream_tokens},
-              "commands": ["python " + " ".join(shlex.quote(a) for a in ["scripts/bench/server_load.py", *(argv or sys.argv[1:])])],
+              "commands": ["python " + " ".join(shlex.quote(a) for a in ["scripts/bench/server_load.py",
+                                                                          *(argv or sys.argv[1:])])],
               "results": {}}
     for mode in modes:
         server = None

@@ -17,7 +17,8 @@ graph build or reuse, inputs, kernel launches; the device runs asynchronously fr
 left for the device (its work past the launches, the outputs' copy). A piece whose wait is small is host-bound: a
 faster kernel would not shorten it.
 
-    .venv/bin/python scripts/bench/step_costs.py [--ngl -1] [--reps 30] [--out docs/results/2026-11-29-h200/step_costs_gpu.json]
+    .venv/bin/python scripts/bench/step_costs.py [--ngl -1] [--reps 30] \\
+        [--out docs/results/2026-11-29-h200/step_costs_gpu.json]
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import pydflash  # noqa: F401  (loads libllama before numpy)
 import numpy as np
 from pydflash.defaults import cache_dir, gemma_target
 from pydflash.factory.for_target import write_random_drafter_for
-from pydflash.native import Context, ContextParams, Model, ModelParams, TokenBatch
+from pydflash.native import Context, ContextParams, TokenBatch
 from pydflash.native._lib import llama_set_embeddings_layer_inp
 from pydflash.pair import load_pair
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # scripts/ is not a package
@@ -212,7 +213,8 @@ def main(argv=None):
         pctx.close()
     # the cost bar for a bigger drafter: its block forward stays under 30 % of the 16-token verify it feeds
     for c in (1, 8):
-        res[f"draft_k15_over_verify_span16_c{c}"] = round(res[f"draft_c{c}_k15"] / res[f"verify_c{c}_span16_all_outputs"], 3)
+        res[f"draft_k15_over_verify_span16_c{c}"] = round(
+            res[f"draft_c{c}_k15"] / res[f"verify_c{c}_span16_all_outputs"], 3)
     res["drafter"] = os.path.basename(str(drafter))
     for key, val in res.items():
         print(f"{key:40s} {val}", file=sys.stderr)

@@ -1,4 +1,5 @@
-"""The prompt cache (pydflash/cache, engine/prefix.py): slot reuse, the device and RAM tiers, sliding windows, slot files."""
+"""The prompt cache (pydflash/cache, engine/prefix.py): slot reuse, the device and RAM tiers, sliding windows,
+slot files."""
 
 from __future__ import annotations
 

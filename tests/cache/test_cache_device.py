@@ -134,7 +134,7 @@ def test_concurrent_hits_stay_lossless(qwen, tiny):
     pool = [prompt(400 + i, 40 + 25 * i) for i in range(6)]
     rng = np.random.default_rng(5)
     hits = 0
-    for rnd in range(4):
+    for _ in range(4):
         picks = [pool[j] for j in rng.permutation(len(pool))]
         results = run_all(eng, picks, 32)
         for p, r in zip(picks, results):
@@ -158,7 +158,7 @@ def test_prompt_end_entry_of_a_prompt_past_the_window(tiny, copies):
     dev = eng.prompt_cache.device
     p, q = prompt(11, 100), prompt(12, 90)
     want = off.generate(p, max_tokens=60, ignore_eos=True).tokens
-    for i in range(2):
+    for _ in range(2):
         assert eng.generate(p, max_tokens=60, ignore_eos=True).tokens == want
     ends = [e for e in dev.entries.values() if e.n == 99]
     assert len(ends) == 1 and list(ends[0].tokens) == p[:99], dev.metrics()

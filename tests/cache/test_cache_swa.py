@@ -78,9 +78,10 @@ def engines(gemma3, **cache):
 
 @pytest.mark.parametrize("checkpoints", [True, False])
 def test_chat_past_the_window_restored_from_ram(gemma3, checkpoints):
-    """The RAM tier alone (no device tier). Conversation A grows past the window; B takes the only slot (A goes to RAM); A's next turn re-renders the
-    last tokens of its answer, so its prefix ends inside A's snapshot: with checkpoints the nearest one is restored and
-    only the rest prefilled; without them the request re-prefills. Output equals the cache-off engine's."""
+    """The RAM tier alone (no device tier). Conversation A grows past the window; B takes the only slot (A goes to
+    RAM); A's next turn re-renders the last tokens of its answer, so its prefix ends inside A's snapshot: with
+    checkpoints the nearest one is restored and only the rest prefilled; without them the request re-prefills.
+    Output equals the cache-off engine's."""
     on, off = engines(gemma3, checkpoint_every=48 if checkpoints else 0, save_min_drop=8, block=16, ram_mib=256,
                       device_cells=0)
     rng = np.random.default_rng(1)
@@ -108,8 +109,9 @@ def test_chat_past_the_window_restored_from_ram(gemma3, checkpoints):
 
 
 def test_no_checkpoints_for_a_sequence_that_cannot_outgrow_the_window(gemma3):
-    """State-copy checkpoints (without a device tier): prompt + max_tokens within the window: every snapshot keeps all SWA cells, so checkpoints (costly GPU state
-    reads) are skipped; one that can run past the window still takes them at the prompt's end and every N."""
+    """State-copy checkpoints (without a device tier): prompt + max_tokens within the window: every snapshot keeps
+    all SWA cells, so checkpoints (costly GPU state reads) are skipped; one that can run past the window still takes
+    them at the prompt's end and every N."""
     on, off = engines(gemma3, checkpoint_every=16, save_min_drop=8, block=16, device_cells=0)
     cache = on.prompt_cache
     short = [2] + list(range(10, 40))  # 31 prompt + 24 generated positions stay within the 64-token window

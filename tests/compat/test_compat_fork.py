@@ -85,7 +85,8 @@ def test_gemma_default_mask_when_nothing_names_one(fork_copy, tmp_path, caplog):
     _, src = fork_copy
     meta = read_metadata(src)
     tokens = [("<msk>" if t == "<mask>" else t) for t in meta.get("tokenizer.ggml.tokens")]
-    path = rewrite_gguf(src, tmp_path / "anon.gguf", drop=(f"{FORK}.dflash.mask_token_id", "tokenizer.ggml.mask_token_id"),
+    path = rewrite_gguf(src, tmp_path / "anon.gguf",
+                        drop=(f"{FORK}.dflash.mask_token_id", "tokenizer.ggml.mask_token_id"),
                         kv={"tokenizer.ggml.tokens": (tokens, T.ARRAY, T.STRING)})
     conv = read_metadata(fork_layout.convert_cached(path))
     assert conv.get("tokenizer.ggml.mask_token_id") == fork_layout.GEMMA_FORK_MASK

@@ -92,7 +92,8 @@ def test_digest_ignores_special_ids_but_not_merges(p, tmp_path):
     assert base == pairing.vocab_digest(read_metadata(p.target))
     eos = broken(p, tmp_path, kv={"tokenizer.ggml.eos_token_id": (3, T.UINT32)})
     assert pairing.vocab_digest(read_metadata(eos)) == base
-    merged = rewrite_gguf(p.drafter, tmp_path / "merges.gguf", kv={"tokenizer.ggml.merges": (["a b"], T.ARRAY, T.STRING)})
+    merged = rewrite_gguf(p.drafter, tmp_path / "merges.gguf",
+                          kv={"tokenizer.ggml.merges": (["a b"], T.ARRAY, T.STRING)})
     assert pairing.vocab_digest(read_metadata(merged)) != base
 
 

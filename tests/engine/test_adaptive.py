@@ -378,7 +378,7 @@ def test_useless_drafter_steady_state_costs_few_steps():
     for n in (1, 8, 16):
         feats = drafting = 0
         steps = list(simulate(GPU, [0.0] * n, 12000))
-        for _, policy, plan, _, _ in steps[-4096:]:  # long past the ramp (4 + 16 + ... + 2048 steps)
+        for _, _policy, plan, _, _ in steps[-4096:]:  # long past the ramp (4 + 16 + ... + 2048 steps)
             feats += plan.features
             drafting += any(plan.drafts)
         assert drafting <= 2 and feats <= 2 * (adaptive.SHORT_LEAD + 1), (n, drafting, feats)
@@ -490,9 +490,7 @@ def test_a_step_with_no_running_slot_keeps_the_pauses():
     """A step whose only slots are prefilling plans for none: it must not switch the pauses to a slot count of 0,
     whose backoff is MIN_BACKOFF (the H200 run of 3445501: every new request at 1 client then prefilled with target
     features, as if drafting were expected, behind a drafter that had paused for 512 steps)."""
-    policy = None
-    for _, policy, _, _, _ in simulate(GPU, [0.0], 1000):
-        pass
+    policy = list(simulate(GPU, [0.0], 1000))[-1][1]  # the policy after the last step
     assert not policy.expects_drafting()
     policy.plan([])
     assert not policy.expects_drafting()
@@ -614,8 +612,8 @@ def test_a_probe_teaches_the_drafter_curve_its_block_not_its_catch_up(tiny):
         ctx.inject = slow_inject
         seen = []  # (drafter block tokens, drafter seconds, verify seconds) of each decode step
         observe = eng.drafting.costs.observe
-        eng.drafting.costs.observe = lambda n, x, f, t_v, blocks, t_d, upper: (seen.append((blocks, t_d, t_v)),
-                                                                                observe(n, x, f, t_v, blocks, t_d, upper))
+        eng.drafting.costs.observe = lambda n, x, f, t_v, blocks, t_d, upper: (
+            seen.append((blocks, t_d, t_v)), observe(n, x, f, t_v, blocks, t_d, upper))
         llm.generate(llm.tokenize("hello world, once more"), max_tokens=16, ignore_eos=True)
     drafting = [(t_d, t_v) for blocks, t_d, t_v in seen if blocks]
     assert len(drafting) >= 4, seen
@@ -629,8 +627,7 @@ def test_a_gpu_measures_the_whole_block_in_calibration_whatever_the_drafts():
     so the policy never extrapolates the drafter's cost at 16 tokens from a 3-token block (proportionally: ~5x the
     H200's); on a CPU, where that step costs ~10 plain steps, it waits for drafts worth it."""
     for machine, drop_first in ((GPU, True), (CPU, False)):
-        for _, policy, _, _, _ in simulate(machine, [0.3], 60, drop_first=drop_first):
-            pass
+        policy = list(simulate(machine, [0.3], 60, drop_first=drop_first))[-1][1]  # the policy after the last step
         assert policy.costs.draft.has(16) == drop_first, machine
         assert policy.calibrated == 2 or not drop_first
 

@@ -91,8 +91,9 @@ def test_copied_chains_keep_the_targets_greedy_text(tiny):
 
 @pytest.mark.real_model
 def test_gemma_copies_a_passage_it_saw_once(gemma_path):
-    """The drafter suite's "passage copied once" and a looping sentence on the shipped pair: the target copies, the drafter
-    alone does not (tau ~2 on the passage, versions 4 and 5), copied chains do; the text stays plain greedy's."""
+    """The drafter suite's "passage copied once" and a looping sentence on the shipped pair: the target copies, the
+    drafter alone does not (tau ~2 on the passage, versions 4 and 5), copied chains do; the text stays plain
+    greedy's."""
     from pydflash.defaults import SHIPPED_DRAFTER
     from pydflash.train.eval_suite import REPETITION
 

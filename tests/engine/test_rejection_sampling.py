@@ -97,10 +97,13 @@ def _simulate(p_next, q_next, k: int, n_tokens: int, rng: random.Random, unreada
         ps = [p_next(tuple(out + drafts[:i])) for i in range(k + 1)]
         qs = [q_next(tuple(out + drafts[:i])) for i in range(k)]
         picks = [R.sample(ps[i], rng.random()) for i in range(k + 1)]  # the target chain's own samples
-        # an unreadable row (None) finishes the block as sample-and-match
-        p_of = lambda i: None if unreadable and rng.random() < 0.2 else ps[i][drafts[i]]  # noqa: E731
+        # an unreadable row (None) finishes the block as sample-and-match; speculative_commit calls the row
+        # getters at once, in this iteration (the defaults only make that binding explicit)
+        p_of = lambda i, ps=ps, drafts=drafts: (  # noqa: E731
+            None if unreadable and rng.random() < 0.2 else ps[i][drafts[i]])
         m, committed = R.speculative_commit(
-            drafts, picks, p_of, lambda i: qs[i][drafts[i]], lambda i: (ps[i], qs[i]), rng)
+            drafts, picks, p_of, lambda i, qs=qs, drafts=drafts: qs[i][drafts[i]],
+            lambda i, ps=ps, qs=qs: (ps[i], qs[i]), rng)
         drafted, accepted = drafted + k, accepted + m
         out += committed
     return tuple(out[:n_tokens]), drafted, accepted

@@ -68,7 +68,8 @@ def rewrite_gguf(src, dst, kv: dict | None = None, drop: tuple = (), tensors: di
         if key in kv:
             continue
         vtype, etype = meta.types[key]
-        w.add_key_value(key, value, gguf.GGUFValueType(vtype), sub_type=None if etype is None else gguf.GGUFValueType(etype))
+        w.add_key_value(key, value, gguf.GGUFValueType(vtype),
+                        sub_type=None if etype is None else gguf.GGUFValueType(etype))
     for key, spec in kv.items():
         w.add_key_value(key, spec[0], spec[1], sub_type=spec[2] if len(spec) > 2 else None)
     raw = np.memmap(src, np.uint8, "r")

@@ -16,7 +16,8 @@ def main():
     layers = tuple(int(x) for x in layers.split(","))
     model = Model(path)
     tokens = [(i * 37 + 11) % (model.n_vocab - 16) + 8 for i in range(48)]
-    ctx = Context(model, ContextParams(n_ctx=256, n_batch=64, n_ubatch=n_ubatch, feature_layers=layers, backend_greedy=False))
+    ctx = Context(model, ContextParams(n_ctx=256, n_batch=64, n_ubatch=n_ubatch, feature_layers=layers,
+                                       backend_greedy=False))
     batch = TokenBatch(64)
     batch.add(tokens, 0, 0, False)
     ctx.decode(batch)

@@ -45,7 +45,8 @@ def main(what: str, path: str) -> None:
     tokens = [(i * 13 + 5) % (model.n_vocab - 16) + 8 for i in range(24)]
     b = TokenBatch(32)
     if what == "argmax":
-        ctx = Context(model, ContextParams(n_ctx=128, n_batch=32, n_ubatch=32, n_outputs_max=8, n_outputs_max_per_seq=8))
+        ctx = Context(model, ContextParams(n_ctx=128, n_batch=32, n_ubatch=32, n_outputs_max=8,
+                                           n_outputs_max_per_seq=8))
         b.add(tokens[:16], 0, 0, False)
         ctx.decode(b)
         sys.stderr.write("@@ verify\n")

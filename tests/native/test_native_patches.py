@@ -213,8 +213,8 @@ def test_rollback_cost_follows_the_sequence_not_the_cache(tiny):
     """patches/0009: seq_rm of one sequence walks that sequence's (position, cell) pairs from p0 on. Upstream scans
     every cell of the cache, so a speculative step's rollbacks (each slot, target and drafter) cost O(cells) each:
     a 5-position rollback of the Gemma-3 target at 16 slots took 69 us, 29 with the patch, on this project's CPU
-    (a CPU measurement in docs/benchmarks.md's run history). Not a timed target: the least of 300 calls in a 256x larger cache must stay within
-    4x of the small one's (upstream: ~10x on this CPU; 1.6x with the patch)."""
+    (a CPU measurement in docs/benchmarks.md's run history). Not a timed target: the least of 300 calls in a 256x
+    larger cache must stay within 4x of the small one's (upstream: ~10x on this CPU; 1.6x with the patch)."""
     model = Model(tiny("llama").target)
     small, large = _rollback_us(model, 1024), _rollback_us(model, 262144)
     assert large < 4 * max(small, 1.0), (small, large)

@@ -1,5 +1,5 @@
-"""scripts/bench/http_vs_native.py's bookkeeping: the interleaved round order and the strongest-native baseline its verdicts
-use. The servers are mocked: what is tested is which round goes where, not speed."""
+"""scripts/bench/http_vs_native.py's bookkeeping: the interleaved round order and the strongest-native baseline its
+verdicts use. The servers are mocked: what is tested is which round goes where, not speed."""
 
 from __future__ import annotations
 
@@ -129,7 +129,8 @@ def test_chunks_split_by_concurrency_merge_per_level(tmp_path):
         report = {"date": "d", "machine": {"gpu": "g", "host": "h"}, "pydflash_commit": "c", "commands": [name],
                   "params": {"clients": clients, "tokens": 256, "requests": 2, "rounds": 5, "ctx": 1024,
                              "threads": 8, "ngl": -1},
-                  "conditions": {"py-plain": {"label": "pydflash plain", "levels": {str(c): level(tok) for c in clients}}}}
+                  "conditions": {"py-plain": {"label": "pydflash plain",
+                                              "levels": {str(c): level(tok) for c in clients}}}}
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps(report))
         return str(path)

@@ -235,7 +235,10 @@ def test_unsupported_type_is_named(tmp_path, src, weights):
     w = gguf.GGUFWriter(str(g), "dflash")
     raw = np.zeros((HIDDEN, 2 * HIDDEN // 256 * 292), dtype=np.uint8)  # Q8_K: 292 bytes per 256 values
     w.add_tensor("fc.weight", raw, raw_dtype=gguf.GGMLQuantizationType.Q8_K)
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
     fc = by_gguf_name(compare(src, g, only="fc.weight"))["fc.weight"]
     assert (fc.status, fc.gguf_type) == ("unsupported", "Q8_K")
     assert "type Q8_K (gguf-py cannot dequantize it)" in run_cli(src, g, "--only", "fc.weight").stdout

@@ -14,7 +14,8 @@ def test_profile_host_names_every_phase_and_leaves_the_forwards_out(tmp_path):
                     str(tmp_path / "p.json")])
     phases = out["phases"]
     for name in ("propose", "propose.inject", "verify", "verify.layer_rows", "settle_features", "commit", "commit.emit",
-                 "propose.target_rollback (target seq_rm, in the drafter forward)", "verify.drafter_rollback (drafter seq_rm)"):
+                 "propose.target_rollback (target seq_rm, in the drafter forward)",
+                 "verify.drafter_rollback (drafter seq_rm)"):
         assert name in phases, name
     assert phases["commit"]["calls_per_step"] == 2  # one per slot and step
     w = out["wrapped"]
