@@ -195,7 +195,9 @@ class _Generation(_Refusals):
     min_p: Optional[float] = Field(None, ge=0, le=1, allow_inf_nan=False)
     presence_penalty: Optional[Penalty] = None
     frequency_penalty: Optional[Penalty] = None
-    repeat_penalty: Optional[float] = Field(None, gt=0, le=10, allow_inf_nan=False)  # llama-server; 1: off
+    # llama-server's; 1: off. At least 1e-3: a positive logit is divided by it, and 5e-324 makes it inf (the
+    # engine's range is (0, 10], which such a value passes, and the engine then fails on the row)
+    repeat_penalty: Optional[float] = Field(None, ge=1e-3, le=10, allow_inf_nan=False)
     repeat_last_n: Optional[Annotated[int, Field(ge=-1), BeforeValidator(_integral)]] = None  # None: 64
     grammar: Optional[Text] = None  # llama-server: GBNF; "" (its default): none
     json_schema: Optional[dict[str, Any]] = None  # llama-server
