@@ -99,7 +99,7 @@ APPLIED: dict[str, str] = {
     "min_p": "0: off",
     "presence_penalty": "in [-2, 2], over the last repeat_last_n tokens",
     "frequency_penalty": "in [-2, 2], over the last repeat_last_n tokens",
-    "repeat_penalty": "llama-server's, in (0, 10]; 1: off",
+    "repeat_penalty": "llama-server's, in [0.001, 10]; 1: off",
     "repeat_last_n": "the penalties' window over prompt + output; 64 by default, -1: all, 0: off",
     "grammar": "llama-server's GBNF: only what it allows is committed",
     "json_schema": "llama-server's: output that validates against the schema",
