@@ -19,6 +19,7 @@ SAMPLING_MODES = ("rejection", "match")
 # q keeps only the drafter's 256 likeliest tokens (any q keeps the output exact; docs/sampling.md): each block row
 # then hands the host 256 probabilities instead of the vocabulary's, and top-p sorts 256 candidates, not 262k
 DRAFT_TOP_K = 256
+MIN_REPEAT_PENALTY = 1e-3
 
 
 def _fail(msg: str):
@@ -139,7 +140,8 @@ class Request:
         self.min_p = controls.check_range("min_p", self.min_p, 0.0, 1.0)
         self.presence_penalty = controls.check_range("presence_penalty", self.presence_penalty, -2.0, 2.0)
         self.frequency_penalty = controls.check_range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)
-        self.repeat_penalty = controls.check_range("repeat_penalty", self.repeat_penalty, 0.0, 10.0, lo_open=True)
+        # at least 1e-3: dividing a logit by a subnormal penalty overflows it to inf (the server's schema agrees)
+        self.repeat_penalty = controls.check_range("repeat_penalty", self.repeat_penalty, MIN_REPEAT_PENALTY, 10.0)
         if not _is_int(self.repeat_last_n) or self.repeat_last_n < -1:
             _fail(f"repeat_last_n must be an integer >= -1 (-1: the whole history, 0: off), got {self.repeat_last_n!r}")
         self.repeat_last_n = int(self.repeat_last_n)

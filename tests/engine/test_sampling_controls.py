@@ -68,6 +68,7 @@ def test_distribution_filters_in_the_chain_order():
     (dict(presence_penalty=2.5), "presence_penalty"),
     (dict(frequency_penalty=float("nan")), "frequency_penalty"),
     (dict(repeat_penalty=0.0), "repeat_penalty"),
+    (dict(repeat_penalty=5e-324), "repeat_penalty"),  # a subnormal divisor overflows a logit to inf
     (dict(repeat_penalty=True), "repeat_penalty"),
     (dict(repeat_last_n=-2), "repeat_last_n"),
     (dict(repeat_last_n=1.5), "repeat_last_n"),
