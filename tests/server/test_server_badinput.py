@@ -45,7 +45,7 @@ BAD_CHAT = [
     {"messages": [{"role": "wizard", "content": "x"}]}, {"messages": []},
     {"max_tokens": 0}, {"max_tokens": -3}, {"temperature": -0.1}, {"top_p": 0}, {"top_p": 1.5}, {"top_k": -1},
     {"sampling_mode": "typical"}, {"sampling_mode": 1},
-    {"n": 2}, {"response_format": {"type": "json_object"}}, {"response_format": {"type": "grammar"}},
+    {"n": 0}, {"response_format": {"type": "json_schema"}}, {"response_format": {"type": "grammar"}},
     {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
 ]
 BAD_COMPLETION = [
