@@ -3,7 +3,6 @@ Gemma's turn format."""
 
 import collections
 import hashlib
-import json
 
 import pytest
 

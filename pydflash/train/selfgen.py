@@ -54,11 +54,11 @@ class Doc:
     cuts: list[int]  # prompt lengths in tokens, BOS included (the document's own length caps them)
 
 
-def plan(index: int, base_seed: int, n_cuts: int) -> Doc:
+def plan(index: int, base_seed: int, n_cuts: int, max_prompt: int = MAX_PROMPT) -> Doc:
     rng = random.Random(f"{base_seed}:{index}")
     family, text = seed(rng)
     # log-uniform lengths: as many prompts of 3-20 tokens as of 20-130 or 130-512
-    cuts = sorted({int(round(math.exp(rng.uniform(math.log(MIN_PROMPT), math.log(MAX_PROMPT)))))
+    cuts = sorted({int(round(math.exp(rng.uniform(math.log(MIN_PROMPT), math.log(max_prompt)))))
                    for _ in range(n_cuts)})
     return Doc(index, family, text, rng.uniform(0.7, 1.0), rng.getrandbits(31), cuts)
 
@@ -70,11 +70,11 @@ def turn_ends(tokens: list[int], start_of_turn: int, model_ids: list[int]) -> li
     return [i + 1 + n for i, t in enumerate(tokens) if t == start_of_turn and tokens[i + 1:i + 1 + n] == model_ids]
 
 
-def cut_points(doc: Doc, tokens: list[int], turns: list[int]) -> list[int]:
+def cut_points(doc: Doc, tokens: list[int], turns: list[int], max_prompt: int = MAX_PROMPT) -> list[int]:
     """The document's prompt lengths: the planned cuts that fit it, and for chat documents up to two turn ends."""
     out = {c for c in doc.cuts if c <= len(tokens) - 1}
     if KIND_OF[doc.family] == "chat":
-        out.update(t for t in turns[:2] if MIN_PROMPT <= t <= min(MAX_PROMPT, len(tokens) - 1))
+        out.update(t for t in turns[:2] if MIN_PROMPT <= t <= min(max_prompt, len(tokens) - 1))
     return sorted(out)
 
 
@@ -85,7 +85,7 @@ def run(args) -> dict:
     from ..engine.request import Request
 
     os.makedirs(args.out, exist_ok=True)
-    cfg = EngineConfig(n_slots=args.slots, n_ctx_slot=MAX_PROMPT + args.n_new + 8, n_batch=args.n_batch,
+    cfg = EngineConfig(n_slots=args.slots, n_ctx_slot=args.max_prompt + args.n_new + 8, n_batch=args.n_batch,
                        n_ubatch=min(args.n_batch, 512), n_gpu_layers=args.ngl, n_threads=args.threads,
                        check_invariants=False, kv_unified=not args.kv_streams, draft_max=0)
     # no prompt cache: a cache would have to be proven free of stale KV under --kv-streams first (docs/drafter.md)
@@ -115,7 +115,7 @@ def run(args) -> dict:
                 engine.submit(req)
                 cuts[req.id] = (prompt, doc)
             elif len(docs) < args.slots // 2 and (not args.stop or next_doc < args.stop):
-                doc = plan(next_doc, args.seed, args.cuts)
+                doc = plan(next_doc, args.seed, args.cuts, args.max_prompt)
                 next_doc += 1
                 toks = model.tokenize(doc.seed_text, add_special=True, parse_special=True) if doc.seed_text \
                     else [model.bos]
@@ -131,7 +131,7 @@ def run(args) -> dict:
         counts["doc_tokens"] += len(tokens)
         counts["by_family"][doc.family] = counts["by_family"].get(doc.family, 0) + 1
         turns = turn_ends(tokens, sot[0], model_ids) if len(sot) == 1 else []
-        for n in cut_points(doc, tokens, turns):
+        for n in cut_points(doc, tokens, turns, args.max_prompt):
             prompt = tokens[:n]
             key = hashlib.blake2b(np.asarray(prompt, dtype=np.int32).tobytes(), digest_size=16).digest()
             if key in seen:
@@ -192,6 +192,8 @@ def main(argv=None):
     ap.add_argument("--slots", type=int, default=64)
     ap.add_argument("--n-new", type=int, default=128, help="greedy tokens answered per prompt")
     ap.add_argument("--cuts", type=int, default=4, help="prompts cut from each document")
+    ap.add_argument("--max-prompt", type=int, default=MAX_PROMPT,
+                    help="longest prompt cut (documents are sampled as far as their longest cut)")
     ap.add_argument("--n-batch", type=int, default=2048)
     ap.add_argument("--seconds", type=float, default=300)
     ap.add_argument("--skip", type=int, default=0, help="start at this document")
@@ -202,8 +204,8 @@ def main(argv=None):
                     help="a KV stream per slot instead of one pool: attention over a slot's own cells only")
     ap.add_argument("--log-every", type=float, default=20)
     args = ap.parse_args(argv)
-    if args.cuts < 1 or args.n_new < 1:
-        ap.error("--cuts and --n-new must be at least 1")
+    if args.cuts < 1 or args.n_new < 1 or not MIN_PROMPT < args.max_prompt <= MAX_PROMPT:
+        ap.error(f"--cuts and --n-new must be at least 1, --max-prompt in {MIN_PROMPT + 1}..{MAX_PROMPT}")
     run(args)
 
 
