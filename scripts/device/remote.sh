@@ -49,6 +49,15 @@
 #                     GPU, NPROC processes on SPAN lines each from SKIP; shards stay in $W/data for `train` and come
 #                     back as data.tar.NN; GEN_TAG=x writes $W/data/xp$i, so a second gen call keeps the first's shards;
 #                     GEN_RANGES="A:B,C:D" runs one process per range of lines instead of SKIP / SPAN / NPROC
+#   remote.sh selfgen [SECONDS] [SKIP] [SPAN] [NPROC] [SLOTS]  training rows from the target's own distribution
+#                     (pydflash.train.selfgen: sampled documents cut into prompts, greedy answers; docs/drafter.md,
+#                     "Fresh evaluation set"), NPROC processes (default 4) x SLOTS (128) on the GPU, process i on
+#                     documents SKIP + i * SPAN .. SKIP + (i + 1) * SPAN (SPAN default 1,000,000: a process never
+#                     reaches the next one's), SECONDS of generation (default 500, cut to what the call has left).
+#                     Shards stay in $W/gguf_selfgen/<date>-selfgen/p$i (DATA for `train`/`trainbg` can name them) and
+#                     come back as selfgen.tar.NN, which unpacks at the repository root as
+#                     pydflash/train/gguf_data/<date>-selfgen/p$i; generate_selfgen_p$i.json: counts and next_skip.
+#                     SELFGEN_DATE names the folder (default: today on the device); SELFGEN_ARGS adds flags (--kv-streams)
 #   remote.sh train [SECONDS] [LAYERS]  continue the shipped drafter (INIT=none: train one from scratch, shaped by
 #                     TRAIN_ARGS='--heads H --head-dim D') on $W/data (pydflash.train.trainer), export the
 #                     Q8_0 GGUF to $W/drafter; weights come back as model.safetensors.NN, logs in train_meta.tgz
@@ -331,6 +340,26 @@ print('--kv-streams' if r.get(('streams', 128), 1e9) < r.get(('unified', 128), 0
         cp $W/data/${GEN_TAG:-}p$i/generate.json $OUT/generate_${GEN_TAG:-}p$i.json
     done
     tar cf - -C $W --exclude=generate.json data | split -b 15000000 -d -a 2 - $OUT/data.tar. ;;
+selfgen)  # remote.sh selfgen [SECONDS] [SKIP] [SPAN] [NPROC] [SLOTS]
+    use_build
+    # model load, flush and tar take ~30-60 s of the call's 600 (gen's experience): generation gets the rest
+    seconds=$(( ${2:-500} < 520 - SECONDS ? ${2:-500} : 520 - SECONDS ))
+    skip=${3:-0}; span=${4:-1000000}; nproc=${5:-4}
+    name=${SELFGEN_DATE:-$(date +%F)}-selfgen
+    echo "selfgen: ${seconds} s of generation into $W/gguf_selfgen/$name (${SECONDS} s of this call already gone)"
+    for i in $(seq 0 $((nproc - 1))); do
+        mkdir -p $W/gguf_selfgen/$name/p$i
+        python3 -m pydflash.train.selfgen --target $W/gemma.gguf --out $W/gguf_selfgen/$name/p$i --ngl -1 --threads 4 \
+            --slots "${6:-128}" --seconds "$seconds" --skip $((skip + i * span)) --stop $((skip + (i + 1) * span)) \
+            ${SELFGEN_ARGS:-} > $W/selfgen$i.log 2>&1 &
+    done
+    wait || true
+    for i in $(seq 0 $((nproc - 1))); do
+        grep -v "^llama_\|^load\|^print_info" $W/selfgen$i.log | tail -2
+        cp $W/gguf_selfgen/$name/p$i/generate.json $OUT/generate_selfgen_p$i.json || true
+    done
+    tar cf - -C $W/gguf_selfgen --transform "s:^:pydflash/train/gguf_data/:" $name \
+        | split -b 15000000 -d -a 2 - $OUT/selfgen.tar. ;;
 train)  # DATA=folders (default: the committed runs in pydflash/train/gguf_data and what `gen` left in $W/data)
     use_build
     set +e
