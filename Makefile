@@ -1,7 +1,9 @@
 # make demo   set everything up, then run the embedded default pair through pydflash-speculative
 # make test   set everything up, then run the whole test suite
 # make test-fast   the fast tier: the suite without the tests marked slow or real_model (a few minutes)
-.PHONY: setup demo test test-fast bench clean
+# make test-rest   the tests test-fast leaves out (test-fast + test-rest = test)
+# make lint        ruff over the whole tree (configured in pyproject.toml)
+.PHONY: setup demo test test-fast test-rest lint bench clean
 
 setup:
 	bash scripts/setup.sh
@@ -14,6 +16,12 @@ test: setup
 
 test-fast: setup
 	.venv/bin/python -m pytest -q -m "not slow and not real_model"
+
+test-rest: setup
+	.venv/bin/python -m pytest -q -m "slow or real_model"
+
+lint: setup
+	.venv/bin/ruff check .
 
 bench: setup
 	.venv/bin/python scripts/bench/engine.py

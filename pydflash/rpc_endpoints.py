@@ -31,7 +31,7 @@ MAX_SERVERS = 16  # GGML_RPC_MAX_SERVERS (ggml-rpc.h)
 CONNECT_TIMEOUT_S = 5.0  # connect, then each reply of the handshake
 FORCE = "--rpc-allow-public, or rpc_allow_public = true,"  # the CLI flag, the models.toml / EngineConfig field
 
-# ggml-rpc.h / ggml-rpc.cpp (the vendored build's values; tests/test_rpc.py checks them against the header)
+# ggml-rpc.h / ggml-rpc.cpp (the vendored build's values; tests/native/test_rpc.py checks them against the header)
 RPC_PROTO_MAJOR_VERSION = 7
 RPC_PROTO_MINOR_VERSION = 0
 RPC_CMD_HELLO = 14

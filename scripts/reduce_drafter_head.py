@@ -5,7 +5,7 @@ was ~0.1 ms of every block (a 1-draft block 0.40 ms with it, 0.29 ms with a head
 against 0.59 ms, docs/drafter.md). The target's greedy responses in the committed data runs
 (pydflash/train/gguf_data, 20 M tokens) use ~40 k distinct ids; a head of the ROWS ids most frequent there
 (responses and prompts) keeps nearly all of them draftable, while verification stays the target's, so output is
-unchanged (tests/test_reduced_head.py). Lookup copies are not restricted by the head, so rare ids copied from the
+unchanged (tests/compat/test_reduced_head.py). Lookup copies are not restricted by the head, so rare ids copied from the
 prompt still go in.
 
     python scripts/reduce_drafter_head.py --drafter out/drafter-q8_0.gguf \

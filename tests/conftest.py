@@ -4,13 +4,10 @@ target (marker ``real_model``) is assembled from its PyPI package by setup."""
 from __future__ import annotations
 
 import pathlib
-import sys
 
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-# test modules still at the top of tests/ import the helpers by bare name (``from oracle import ...``)
-sys.path.insert(0, str(REPO / "tests" / "helpers"))
 
 
 @pytest.fixture(scope="session")

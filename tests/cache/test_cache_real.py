@@ -1,6 +1,6 @@
 """The prompt cache with the real Gemma-3-270M target and the shipped DFlash drafter (real acceptance, CPU).
 
-Outputs are compared with the cache-off output under the regret gate (tests/oracle.py); cached runs must reuse
+Outputs are compared with the cache-off output under the regret gate (tests/helpers/oracle.py); cached runs must reuse
 at least 90% of the prompt and keep the acceptance of the uncached run within 2 points."""
 
 from __future__ import annotations

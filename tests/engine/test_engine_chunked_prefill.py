@@ -108,7 +108,7 @@ def test_prefill_chunks_fill_the_batch_oldest_first(tiny):
 
 def test_cancel_while_prefilling_frees_the_slot(tiny):
     """With the prompt cache off, nothing of a cancelled prefill stays (with it on, the prefilled part is kept for
-    reuse: tests/test_cache_engine.py)."""
+    reuse: tests/cache/test_cache_engine.py)."""
     from pydflash.cache.config import CacheConfig
 
     p = tiny("qwen3")

@@ -1,4 +1,4 @@
-"""Rejection sampling over a draft block keeps the target's distribution (issue 15).
+"""Rejection sampling over a draft block keeps the target's distribution.
 
 - the pure function (``engine/rejection.py``): the marginal of the committed first token is p, by exact
   enumeration of the identity and by a Monte Carlo of the whole step (including q = 0 outside a reduced head);
@@ -266,7 +266,7 @@ def test_a_bad_sampling_mode_is_refused():
 
 @pytest.mark.real_model
 def test_shipped_pair_acceptance_in_both_modes(gemma_path):
-    """Temperature 0.7, the same prompts and seeds in both modes. Issue 15 expected rejection >= match here. With
+    """Temperature 0.7, the same prompts and seeds in both modes. The design expected rejection >= match here. With
     q sampled at every step it is not so on this pair: the drafter is less confident than the target at 0.7
     (mean max q 0.75 vs max p 0.86 at the first draft), so sum min(p, q) is no more than p(argmax q), and DFlash
     samples block positions independently, which makes later sampled drafts less coherent than the argmax chain.

@@ -3,7 +3,7 @@
 - the pure transforms (``engine/controls.py``) against llama.cpp's formulas, and the validation of every field;
 - the engine on the tiny llama pair: a banned token never comes out; greedy speculation with the controls gives
   plain decoding's tokens with the same controls; the first three sampled tokens with speculation follow plain
-  sampling with penalties + logit_bias (chi-square, both modes, as tests/test_rejection_sampling.py);
+  sampling with penalties + logit_bias (chi-square, both modes, as tests/engine/test_rejection_sampling.py);
 - a request without controls keeps the backend chains and no host sampler.
 """
 

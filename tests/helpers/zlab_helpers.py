@@ -8,7 +8,7 @@ import numpy as np
 
 from tests.helpers.compat_helpers import ANCHOR, CTX_TOKENS, target_tables
 
-REL_TOL = 2e-3  # per position, of the largest |logit| (tests/test_parity_reference.py: measured 5e-4 .. 7e-4)
+REL_TOL = 2e-3  # per position, of the largest |logit| (tests/compat/test_parity_reference.py: measured 5e-4 .. 7e-4)
 
 
 def save_zlab_drafter(folder, p, seed: int = 0, n_layer: int = 1, **dflash_config):

@@ -1,4 +1,4 @@
-"""Subprocess probe for tests/test_native_patches.py: runs llama.cpp with its debug logging on (printed by our log
+"""Subprocess probe for test_native_patches.py: runs llama.cpp with its debug logging on (printed by our log
 callback under PYDFLASH_VERBOSE) and prints markers between phases, so the test can read what each phase did.
 
     python _probe_patches.py argmax MODEL    one verify-like batch of 8 outputs under a greedy backend chain

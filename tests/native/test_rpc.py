@@ -1,7 +1,7 @@
 """The target split over llama.cpp RPC servers: two real ggml-rpc-server processes (from our build) on loopback.
 
 Greedy speculative output with the target's layers on the local CPU and both servers equals local plain decoding
-(up to the regret gate of tests/oracle.py); the address policy, endpoint syntax and dead servers give one-line
+(up to the regret gate of tests/helpers/oracle.py); the address policy, endpoint syntax and dead servers give one-line
 errors (exit 2 from the CLIs) in well under the handshake timeout, never a hang or an abort.
 """
 

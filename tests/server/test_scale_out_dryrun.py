@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 import httpx
 import pytest
@@ -95,6 +96,10 @@ def test_two_replicas_through_pydflash_server_ray(tiny, tmp_path, ray_instance):
     args = ["-m", str(pair.target), "-md", str(pair.drafter), "-c", "2048"]
     srv = scale_out.start_serve(args, 2, tmp_path / "serve.log")
     try:
+        # the app answers once one replica is up; Serve may still be starting the other on a loaded machine
+        deadline = time.monotonic() + 90
+        while scale_out.replica_states() != {"RUNNING": 2} and time.monotonic() < deadline:
+            time.sleep(0.5)
         assert scale_out.replica_states() == {"RUNNING": 2}
         # the benchmark's level: 4 clients x 2 streamed requests; both replicas hold the preset and take some
         res = scale_out.measure(srv.base, bench_args("--part", "replicas"), [4], probes=1)

@@ -15,12 +15,12 @@ from tests.helpers.server_util import Server
 pytestmark = pytest.mark.real_model
 
 # Batched vs single-token Gemma-3-270M Q4_K_M on CPU differs by ~0.3 nat even without speculation (see the real-pair
-# lossless test in tests/test_engine_lossless.py), and which rows share a batch moves it further: with 3 slots and
+# lossless test in engine/test_engine_lossless.py), and which rows share a batch moves it further: with 3 slots and
 # batches under 64 rows, "Café au lait" diverged at token 13 with 0.67 nat in about half of the runs (the same value
 # each time, so one batch composition's rounding), and the tree before this session's changes failed 1 run in 4 on
 # too many tie-flips. A stale KV or a misplaced row costs several nats; 1 nat still catches those.
 REAL_BAND = 1.0
-# "Emoji: 😀" is left to tests/test_engine_lossless.py: it sits on a near-tie that batch shape moves by >1 nat on CPU
+# "Emoji: 😀" is left to engine/test_engine_lossless.py: it sits on a near-tie that batch shape moves by >1 nat on CPU
 # (ggml-cpu's tiled flash-attention kernel, below)
 PROMPTS = ["def fibonacci(n):\n", "The capital of France is", "Café au lait, s’il vous plaît. ", "1, 2, 3, 4, 5,"]
 

@@ -301,7 +301,8 @@ def test_openapi_schema_generates():
     schema = app.openapi()
     comp = schema["components"]["schemas"]
     # Constraints are in the schema, so schemathesis generates (and expects refusals) as the server validates.
-    assert comp["CompletionRequest"]["properties"]["suffix"]["enum"] == ["", None]  # a refused field: its neutral values
+    # a refused field: its neutral values
+    assert comp["CompletionRequest"]["properties"]["suffix"]["enum"] == ["", None]
     assert comp["CompletionRequest"]["required"] == ["prompt"]
     assert "discriminator" in json.dumps(comp["ChatCompletionRequest"]["properties"]["messages"])
     # Only standard JSON-schema keywords: pydantic emits "ge"/"le" verbatim when a bound cannot reach the type.

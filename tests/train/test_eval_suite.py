@@ -1,4 +1,4 @@
-"""Issue 14's evaluation suite (pydflash/train/eval_suite.py): its buckets and what it holds. The suite is run
+"""The drafter evaluation suite (pydflash/train/eval_suite.py): its buckets and what it holds. The suite is run
 against a drafter by scripts/bench/drafter_eval.py --suite."""
 
 from pydflash.train import eval_suite as suite
@@ -19,7 +19,7 @@ def test_held_out_rows_give_one_prompt_per_length():
             group = [p for p in ps if p.name.startswith(f"{kind} {length} ")]
             assert len(group) == 3 and all(len(p.prompt) == n for p in group)
             assert suite.length_class(n) == length
-    # the repetition suite is always whole, and holds the five cases of issue 14's table
+    # the repetition suite is always whole, and holds the five cases of the drafter suite's table
     rep = [p.name for p in ps if p.kind == "repetition"]
     assert len(rep) == len(suite.REPETITION)
     assert {"prose openers", "a b c repeated", "sentence x3", "three functions", "counting"} <= set(rep)

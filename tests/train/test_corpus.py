@@ -1,4 +1,4 @@
-"""Issue 14's prompt corpus builder (pydflash/train/corpus.py, corpus_synth.py): determinism, the mix of kinds and
+"""The drafter's prompt corpus builder (pydflash/train/corpus.py, corpus_synth.py): determinism, the mix of kinds and
 lengths, the exact Gemma turn format, and what must stay out (eval_suite texts, held-out rows)."""
 
 import gzip

@@ -16,12 +16,8 @@
 #   remote.sh bench   scripts/bench/engine.py, all modes: 1 request x 512 tokens, 8 requests x 256 tokens
 #   remote.sh long    adaptive modes only, long requests: 1 x 900 tokens (6 rounds), 8 x 600 tokens (4 rounds)
 #   remote.sh eval    the held-out drafter evaluation (scripts/bench/drafter_eval.py)
-#   remote.sh suite   issue 14's bucketed suite + repetition suite (scripts/bench/drafter_eval.py --suite), 256 tokens; SUITE_ARGS
+#   remote.sh suite   the bucketed drafter suite + repetition suite (scripts/bench/drafter_eval.py --suite), 256 tokens; SUITE_ARGS
 #                     adds flags (--no-lookup), SUITE_TAG suffixes the output's name
-#   remote.sh repro   issue 12 item 2: random drafters through the engine on the GPU (scripts/device/repro_random_drafter.py),
-#                     PYDFLASH_VERBOSE=1, the whole log to $OUT/repro_gpu.log
-#   remote.sh nan     issue 12 item 2's mechanism: a drafter with NaN logits, with and without the invalid-id guard
-#                     (scripts/device/repro_nan_drafter.py)
 #   remote.sh server  scripts/bench/server_load.py against pydflash-server -ngl -1: spec / plain / fixed block at 1, 4, 16
 #                     clients, plus the long-prefill probe
 #   remote.sh http    scripts/bench/http_vs_native.py: native llama-server (the pristine build; native DFlash on the patched
@@ -40,11 +36,10 @@
 #   remote.sh adapt   in-process scripts/bench/engine.py, plain against adaptive drafting (useless and shipped drafter) at
 #                     1, 8 and 16 slots, with the per-step split (draft / verify / commit / host: the host profile)
 #   remote.sh profile scripts/bench/profile_host.py: the host part of a step by phase (16 slots L=8 and plain, 1 slot L=8)
-#   remote.sh hooks   scripts/bench_hooks.py on the Gemma pair: a drafter's cost while not drafting, 1/8/16 slots
 #   remote.sh cache   scripts/bench/cache.py: a 6-turn chat with a ~1,000-token system prompt, cache on / off
-#   remote.sh sampling  scripts/bench/sampling.py (issue 15): rejection against sample-and-match at T 0.7 / 1.0,
+#   remote.sh sampling  scripts/bench/sampling.py: rejection against sample-and-match at T 0.7 / 1.0,
 #                     without and with top-p 0.9
-#   remote.sh gen [SECONDS] [SKIP] [SLOTS] [SPAN] [NPROC]  issue 14: the target's greedy responses to the carried
+#   remote.sh gen [SECONDS] [SKIP] [SLOTS] [SPAN] [NPROC]  the target's greedy responses to the carried
 #                     corpus (prepare_carry.sh builds it; staged in halves by `part c0` and `part c1`) through pydflash on the
 #                     GPU, NPROC processes on SPAN lines each from SKIP; shards stay in $W/data for `train` and come
 #                     back as data.tar.NN; GEN_TAG=x writes $W/data/xp$i, so a second gen call keeps the first's shards;
@@ -62,15 +57,15 @@
 #                     TRAIN_ARGS='--heads H --head-dim D') on $W/data (pydflash.train.trainer), export the
 #                     Q8_0 GGUF to $W/drafter; weights come back as model.safetensors.NN, logs in train_meta.tgz
 #   remote.sh trainbg [SECONDS] [LAYERS]  the same training, started detached (it survives the call) from a copy of
-#                     the tree, so that later calls (gen, slots) run while it trains; the model is assembled without
+#                     the tree, so that later calls (gen, suite) run while it trains; the model is assembled without
 #                     waiting for the CUDA build (the trainer needs no llama.cpp)
 #   remote.sh trainwait [MAX_WAIT]  wait for trainbg, export the GGUF, return what `train` returns
-#   remote.sh suite2  issue 14's suite for the new drafter ($W/drafter) and the shipped one (SUITE2_WHICH=new: only
+#   remote.sh suite2  the drafter suite for the new drafter ($W/drafter) and the shipped one (SUITE2_WHICH=new: only
 #                     the new), and scripts/bench/step_costs.py with the new drafter (its block against a 16-token verify)
 #   remote.sh cuda    the CUDA-only patches on the idle GPU: their tests, and scripts/bench/step_costs.py (shipped drafter) with
 #                     both, without 0006's MMVQ passes (GGML_CUDA_MMVQ_PASSES=0) and without 0007's per-shape CUDA
 #                     graphs (GGML_CUDA_GRAPH_KEY_SHAPES=0)
-#   remote.sh split   issue 14's cost bar, where a drafting step's drafter work goes: scripts/bench/step_costs.py (shipped drafter)
+#   remote.sh split   the cost bar, where a drafting step's drafter work goes: scripts/bench/step_costs.py (shipped drafter)
 #                     with each forward's host launch and device wait and its graph reuses; again with llama.cpp's
 #                     graph reuse off (LLAMA_GRAPH_REUSE_DISABLE), with CUDA graphs off (GGML_CUDA_DISABLE_GRAPHS), with
 #                     debug lines reaching Python (GGML_LOG_SKIP_DEBUG=0: patches/0010 off); the random one-layer
@@ -81,8 +76,6 @@
 #   remote.sh spare   patches/0012 (opt-in): scripts/bench/step_costs.py (shipped drafter) without and with PYDFLASH_SPARE_SCHED=1,
 #                     twice each, alternating: the drafting step's drafter work (steady_draft_*) and a verify after a
 #                     plain step, each with its graph reuses
-#   remote.sh slots   scripts/bench_slots.py (issue 13's per-slot slope): KV pool vs streams, with patches/0005
-#                     and with upstream's per-row argmax (PYDFLASH_PER_ROW_GREEDY)
 #   remote.sh scale4b-a, scale4b-b [scripts/bench/http_vs_native.py args...]  speed at 4B scale (docs/byo-pair.md,
 #                     "Speed at 4B scale"): random-weight Qwen3-4B-shaped targets (Q4_K_M and Q8_0, llama.cpp's own
 #                     K-quant mix) and a Qwen3-4B-DFlash-b16-shaped drafter (Q8_0 but fc), generated HERE by
@@ -403,7 +396,7 @@ cuda)  # the CUDA-only patches on the idle GPU (0006 MMVQ passes, 0007 a CUDA gr
       # scripts/bench/step_costs.py (shipped drafter) with both, and with each turned off by its switch
     use_build
     cat $W/build_failed.log 2>/dev/null || true
-    python3 -m pytest -q -p no:cacheprovider tests/test_native_patches.py -k "hopper or cuda_graphs" -rs 2>&1 | tail -6 || true
+    python3 -m pytest -q -p no:cacheprovider tests/native/test_native_patches.py -k "hopper or cuda_graphs" -rs 2>&1 | tail -6 || true
     for mode in both no_passes no_shape_keys; do
         GGML_CUDA_MMVQ_PASSES=$([ $mode = no_passes ] && echo 0 || echo 1) \
         GGML_CUDA_GRAPH_KEY_SHAPES=$([ $mode = no_shape_keys ] && echo 0 || echo 1) python3 scripts/bench/step_costs.py --ngl -1 \
@@ -423,17 +416,6 @@ d2t)
 spare)
     use_build
     costs_off_on PYDFLASH_SPARE_SCHED onesched spare ;;
-slots)
-    use_build
-    python3 scripts/bench_slots.py --ngl -1 --threads 8 --slots 1,8,16,64,128 --prompt 256 --out $OUT/slots_gpu.json
-    cp $OUT/slots_gpu.json $W/  # `gen` picks its KV layout from it
-    PYDFLASH_PER_ROW_GREEDY=1 python3 scripts/bench_slots.py --ngl -1 --threads 8 --slots 1,8,16,64,128 --prompt 256 \
-        --layouts unified --out $OUT/slots_gpu_per_row.json ;;
-repro)
-    use_build
-    set -o pipefail
-    PYDFLASH_VERBOSE=1 python3 scripts/device/repro_random_drafter.py --ngl -1 --out $OUT/repro_gpu.json \
-        2>&1 | tee $OUT/repro_gpu.log | grep -v "^llama_model_loader\|^load_tensors\|^print_info" | tail -c 9000 ;;
 http)  # remote.sh http [scripts/bench/http_vs_native.py args...]: JSON only (rendered locally: the device has no matplotlib)
     use_build
     use_pristine
@@ -445,12 +427,6 @@ fast1)  # remote.sh fast1 [scripts/bench/http_vs_native.py args...]
     fast_bench fast1 recur,chat --clients 1,4,8,16 --chat-clients 1,4,8 "${@:2}" ;;
 fast2)  # remote.sh fast2 [scripts/bench/http_vs_native.py args...]
     fast_bench fast2 recur-stream,noreuse,recur-cp0 --clients 1,4,8,16 "${@:2}" ;;
-nan)
-    use_build
-    PYDFLASH_VERBOSE=1 python3 scripts/device/repro_nan_drafter.py --ngl -1 --out $OUT/repro_nan.json 2> $OUT/repro_nan.log \
-        || true
-    grep -c "same content types" $OUT/repro_nan.log || true
-    grep -m3 "same content types\|invalid token\|llama_decode" $OUT/repro_nan.log || true ;;
 adapt)
     use_build
     for c in 1 8 16; do
@@ -464,12 +440,6 @@ profile)  # scripts/bench/profile_host.py: a step's host part by phase, 16 slots
             --out $OUT/profile_host_$(echo $args | tr -d ' -' | tr '.' '_').json > /dev/null
     done
     ls $OUT ;;
-hooks)
-    use_build
-    for c in 1 8 16; do
-        python3 scripts/bench_hooks.py --model gemma --ngl -1 --threads 8 --slots $c --rounds 5 --tokens 256 \
-            --out $OUT/bench_hooks_gpu_c$c.md
-    done ;;
 sampling)
     use_build
     python3 scripts/bench/sampling.py --ngl -1 --rounds 3 --tokens 128 --out $OUT/sampling_gpu.json

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from oracle import Oracle
+from tests.helpers.oracle import Oracle
 from pydflash.train import selfgen
 from pydflash.train.generate import KINDS, load_shards
 from pydflash.train.selfgen_seeds import KIND_OF, WEIGHTS, seed

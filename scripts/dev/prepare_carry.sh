@@ -11,7 +11,7 @@
 #       pydantic(-core), uvicorn, sse-starlette, annotated-types, typing-inspection, typing_extensions), staged by
 #       a call of their own (`part 1b`) since the 61 MB tree of 2026-12-02 no longer fits beside them and g1
 #   g2..gN: the Gemma-3-270M GGUF in parts
-#   gc0, gc1: issue 14's prompt corpus for `remote.sh gen` in two halves (the pinned build: see the end)
+#   gc0, gc1: the drafter's prompt corpus for `remote.sh gen` in two halves (the pinned build: see the end)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 halves() {  # FILE DIR_A DIR_B SHA_FILE: FILE's two halves as DIR_A/NAME.00 and DIR_B/NAME.01, its sha256 in SHA_FILE
@@ -95,7 +95,7 @@ done
 du -sh .device-bench/* .device-bench/g1/*
 # NO_CORPUS=1: a session that generates no data skips the corpus (most of this script's ~4.5 min)
 [ "${NO_CORPUS:-0}" = 1 ] && exit 0
-# The gen prompts: issue 14's corpus, whose line ranges earlier runs already used (docs/drafter.md). It samples code
+# The gen prompts: the drafter's corpus, whose line ranges earlier runs already used (docs/drafter.md). It samples code
 # from vendor/llama.cpp too, so a new patch changes it: the pinned corpus (sha256 4a6809dd..., the 2026-12-01 runs) was
 # built with patches up to 0005, and is rebuilt here with any later ones reverted while it reads the source.
 LATER=$(ls -r patches/*.patch | awk -F/ '$2 >= "0006"')

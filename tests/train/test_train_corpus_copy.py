@@ -1,6 +1,6 @@
 """The corpus's copy-once prompts (corpus_synth.copy_once, ``corpus.py --copy-once``): a passage seen once, a cue
 and the passage's opening, so that the target copies text it has seen once. Off by default: the pinned seed-0 and
-seed-1 corpora (scripts/device/prepare_carry.sh) must build as before, and no kind's count may move."""
+seed-1 corpora (scripts/dev/prepare_carry.sh) must build as before, and no kind's count may move."""
 import random
 
 import pytest
