@@ -336,10 +336,10 @@ def test_server_body_sampling_mode_reaches_the_request():
     for mode in ("match", "rejection"):
         body = CompletionRequest.model_validate(
             {"prompt": "x", "max_tokens": 4, "temperature": 0.7, "seed": 3, "sampling_mode": mode})
-        req = gen._request([5, 6], body)
+        req = gen._request([5, 6], body, {})
         assert (req.sampling_mode, req.temperature, req.seed) == (mode, 0.7, 3)
     chat = ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
-    assert chat.sampling_mode == "rejection" and gen._request([5], chat).rejection  # OpenAI's default T is 1
+    assert chat.sampling_mode == "rejection" and gen._request([5], chat, {}).rejection  # OpenAI's default T is 1
 
 
 def test_the_proposal_follows_row_0_acceptance():
