@@ -113,6 +113,7 @@ import re
 import shlex
 import shutil
 import statistics
+import signal
 import subprocess
 import sys
 import tempfile
@@ -1055,6 +1056,8 @@ def defaults_markdown(report: dict) -> str:
               if c.get("error")]
     if notes:
         lines += ["", "Conditions not measured:", "", *notes]
+    if report.get("partial"):
+        lines += ["", f"Partial run: {report['partial']} (the levels without rows were not measured)."]
     lines += ["", "Commands:", "", *[f"    {c}" for c in report["commands"]]]
     lines += [f"    # {n}: {c['command']}" for n, c in report["conditions"].items() if c.get("command")]
     return "\n".join(lines) + "\n"
@@ -1266,6 +1269,8 @@ def merge_defaults(paths: list[str], reports: list[dict]) -> dict:
         out["params"] = {**out["params"], key: sorted({c for r in reports for c in r["params"].get(key, [])})}
     for key in ("requests_per_client", "warmup_requests_per_client"):
         out["params"][key] = {k: v for r in reports for k, v in r["params"].get(key, {}).items()}
+    partial = [f"{p}: {r['partial']}" for p, r in zip(paths, reports) if r.get("partial")]
+    out["partial"] = "; ".join(partial) if partial else None
     order = [c.id for c in DEFAULT_CONDITIONS]
     out["conditions"] = dict(sorted(out["conditions"].items(),
                                     key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
@@ -1399,6 +1404,10 @@ def main(argv=None) -> int:
     return 0
 
 
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main_defaults(a: argparse.Namespace, argv) -> int:
     """--defaults: the workloads over the default-flag conditions, every server up at once."""
     a.chat_clients = [int(c) for c in a.chat_clients.split(",") if c.strip()]
@@ -1423,7 +1432,14 @@ def main_defaults(a: argparse.Namespace, argv) -> int:
     print(f"bench_http --defaults: {', '.join(c.id for c in conds)}; workloads {', '.join(w.id for w in workloads)}; "
           f"clients {a.clients}, chat {a.chat_clients}; logs in {log_dir}", file=sys.stderr)
     report = defaults_report(a, argv, target, drafters, skipped)
-    run_defaults(conds, workloads, a, target, drafters, a.llama_server or "", log_dir, report)
+    # the device harness bounds a run with `timeout` (SIGTERM): the levels measured until then are still written,
+    # marked partial, instead of the whole call's measurements being lost
+    signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        run_defaults(conds, workloads, a, target, drafters, a.llama_server or "", log_dir, report)
+    except KeyboardInterrupt:
+        report["partial"] = "interrupted before every level ran"
+        print("bench_http: interrupted; writing what was measured", file=sys.stderr)
     write_outputs(report, pathlib.Path(a.out_dir), a.stem, render=not a.no_render)
     if not a.no_render:
         print(defaults_markdown(report))

@@ -108,6 +108,10 @@
 #                     replicas ~6-8 min (3 servers a round, ~30 s each to start), split ~6-9 min (10 servers); each
 #                     stops at what its call has left. JSON + md as scaleout_<part>.json / .md, server logs as
 #                     logs_scaleout_<part>.tgz; extra args go to scale_out.py and win (e.g. --rounds 1 --clients 16,32)
+# Build time (2026-12-05): both builds at -j8 each (patched llama + llama-server, pristine llama-server) were still
+# running 650 s after `start`; a fast1 called right after staging spent its whole call waiting. For the defaults
+# benchmark alone, PATCHED_TARGETS=llama (pydflash needs only libllama; the patched llama-server serves the native
+# DFlash rows) and PRISTINE_JOBS=12 on `start` leave the pristine llama-server most of the cores.
 # Order: part 0, part 0b, part 1b, start (carrying g1 and head.tgz), part 2 .. part N (part c0, part c1 before gen), then the
 # steps above. Every step that needs the build fails at once if `start` never ran (a carry over the limit refuses the
 # call without running it).
@@ -178,7 +182,8 @@ fast_bench() {  # NAME WORKLOADS [scripts/bench/http_vs_native.py args...]: the 
     local left=$((575 - SECONDS))
     echo "$1: ${left} s left for the benchmark"
     [ $left -ge 120 ] || { echo "$1: the builds took the call: run $1 again"; exit 1; }
-    timeout $left python3 scripts/bench/http_vs_native.py --defaults --ngl -1 --llama-server $PRISTINE_SERVER \
+    # SIGTERM at the bound (the run then writes what it measured, marked partial), SIGKILL 20 s later
+    timeout -k 20 $((left - 20)) python3 scripts/bench/http_vs_native.py --defaults --ngl -1 --llama-server $PRISTINE_SERVER \
         --workloads "$2" --rounds 3 --out-dir $OUT --stem "$1" --no-render --log-dir $OUT/logs_$1 "${@:3}" || echo "$1: exit $?"
     tar czf $OUT/logs_$1.tgz -C $OUT logs_$1 && rm -rf $OUT/logs_$1
 }
@@ -260,16 +265,16 @@ start)
     # library (build.log says so, `cuda` prints why, and the GPU tests of test_native_patches.py fail)
     setsid nohup bash -c "cd $W/llama.cpp && cmake -S . -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
         -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_RPC=ON \
-        > $W/configure.log 2>&1 && { cmake --build build -j8 --target llama llama-server > $W/build.log 2>&1 \
+        > $W/configure.log 2>&1 && { cmake --build build -j8 --target ${PATCHED_TARGETS:-llama llama-server} > $W/build.log 2>&1 \
         || { tail -30 $W/build.log > $W/build_failed.log; for p in \$(ls -r $REPO/patches/000[67]-*.patch); do patch -R -p1 --quiet < \$p; done \
              && echo 'pydflash: the build failed; the CUDA-only patches (0006, 0007) reverted, built again' >> $W/build.log \
-             && cmake --build build -j8 --target llama llama-server >> $W/build.log 2>&1; }; }; echo \$? > $W/build.rc" \
+             && cmake --build build -j8 --target ${PATCHED_TARGETS:-llama llama-server} >> $W/build.log 2>&1; }; }; echo \$? > $W/build.rc" \
         > /dev/null 2>&1 &
     # -j8 each (the patched build above too): the two builds share the 16 cores
     [ -f $W/pristine.rc ] || setsid nohup bash -c "cd $W/pristine && cmake -S . -B build -DGGML_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF > $W/pristine_configure.log 2>&1 \
-        && cmake --build build -j8 --target llama-server > $W/pristine_build.log 2>&1; echo \$? > $W/pristine.rc" \
+        && cmake --build build -j${PRISTINE_JOBS:-8} --target llama-server > $W/pristine_build.log 2>&1; echo \$? > $W/pristine.rc" \
         > /dev/null 2>&1 &
     echo started build; nvidia-smi --query-gpu=name,memory.total --format=csv
     PYTHONPATH=$W/site python3 -c 'import fastapi, starlette, pydantic, uvicorn, sse_starlette, prometheus_client
