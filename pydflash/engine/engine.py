@@ -29,7 +29,8 @@ import numpy as np
 from ..cache.config import CacheConfig
 from ..config import EngineConfig
 from ..errors import ContextOverflow, EngineClosed, InvalidRequest, InvariantError
-from ..native import Context, ContextParams
+from ..native import Context, ContextParams, state
+from ..native.handles import LLAMA_MAX_SEQ
 from ..native.grammar import Grammar
 from ..pair import Pair
 from . import adaptive, lookup, prefix, proposal, rejection
@@ -80,16 +81,21 @@ class Engine:
         n_ctx = config.n_slots * config.n_ctx_slot
         cache = cache or CacheConfig()
         n_spare = prefix.spare_ids(pair, config, cache)  # sequence ids of the prompt cache's device tier
+        # a drafting SWA target needs one more id, after the device tier's: the verifier's window guard
+        n_swa = state.n_swa(pair.target) if spec and config.kv_unified else 0
+        if n_swa:
+            n_spare = min(n_spare, LLAMA_MAX_SEQ - config.n_slots - 1)
         self.target_ctx = Context(
             pair.target,
             ContextParams(
                 n_ctx=n_ctx, n_batch=n_batch, n_ubatch=target_ubatch(config, n_batch), n_seq_max=config.n_slots,
                 n_outputs_max=config.n_slots * span, n_outputs_max_per_seq=span,
                 n_threads=config.n_threads, feature_layers=tuple(pair.feature_layers) if spec else (),
-                kv_unified=config.kv_unified, n_seq_spare=n_spare,
+                kv_unified=config.kv_unified, n_seq_spare=n_spare + (n_swa > 0),
             ),
         )
-        self.verifier = Verifier(self.target_ctx, with_features=spec)
+        self.verifier = Verifier(self.target_ctx, with_features=spec,
+                                 window_guard=(config.n_slots + n_spare, n_swa) if n_swa else None)
         self.drafter: Optional[Drafter] = None
         if spec:
             # non-causal batches must fit one ubatch: the whole noise batch and every injection chunk

@@ -6,6 +6,9 @@ output, and each chunk's logits are reduced to what the answer needs (the chosen
 top-N) before the next chunk, so host memory stays at ``chunk x n_vocab`` floats however long the text.
 
 These are the raw model's log-probabilities (temperature 1, no top-k/top-p), as OpenAI reports them.
+
+The context keeps what it last scored: a call that extends it (a stream's next tokens, scored as they are sent)
+decodes only from the last shared token on, so a stream costs its new tokens per frame, not its whole prefix.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..native import Context, ContextParams, Model, TokenBatch
+from ..native import Context, ContextParams, Model, TokenBatch, state
 
 CHUNK = 32
 
@@ -31,28 +34,54 @@ class Scorer:
     def __init__(self, model: Model, n_ctx: int, n_threads: int = 0):
         self.model = model
         self.n_ctx = n_ctx
+        self.n_swa = state.n_swa(model)
         self.ctx = Context(model, ContextParams(n_ctx=n_ctx, n_batch=CHUNK, n_ubatch=CHUNK, backend_greedy=False,
                                                 n_threads=n_threads))
         self.batch = TokenBatch(CHUNK)
+        self.kept: list[int] = []  # the tokens in the context's KV (sequence 0), a prefix of the last call's
 
-    def score(self, tokens: Sequence[int], top_n: int) -> list[TokenScore]:
-        """One TokenScore per token: position i is scored by the logits after tokens[:i]."""
+    def score(self, tokens: Sequence[int], top_n: int, first: int = 0) -> list[TokenScore]:
+        """One TokenScore per token from position ``first`` on: position i is scored by the logits after
+        tokens[:i] (position 0 by nothing: its logprob is None)."""
         tokens = [int(t) for t in tokens]
         if len(tokens) > self.n_ctx:
             raise ValueError(f"{len(tokens)} tokens exceed the scoring context ({self.n_ctx})")
-        self.ctx.clear()
-        out = [TokenScore(tokens[0], None, [])] if tokens else []
-        for i in range(0, len(tokens) - 1, CHUNK):
-            chunk = tokens[i : i + CHUNK]
-            self.batch.clear()
-            self.batch.add(chunk, i, 0, True)
-            self.ctx.decode(self.batch)
-            for j in range(len(chunk)):
-                nxt = i + j + 1
-                if nxt >= len(tokens):
-                    break
-                out.append(self._reduce(self.ctx.logits(j), tokens[nxt], top_n))
+        out = [TokenScore(tokens[0], None, [])] if tokens and first == 0 else []
+        # position i needs the logits of position i - 1, so decoding starts at max(first, 1) - 1 at the latest
+        start = self._keep(tokens, max(first, 1) - 1)
+        try:
+            for i in range(start, len(tokens) - 1, CHUNK):
+                chunk = tokens[i : min(i + CHUNK, len(tokens) - 1)]
+                self.batch.clear()
+                self.batch.add(chunk, i, 0, True)
+                self.ctx.decode(self.batch)
+                self.kept += chunk
+                for j in range(len(chunk)):
+                    if i + j + 1 >= first:
+                        out.append(self._reduce(self.ctx.logits(j), tokens[i + j + 1], top_n))
+        except BaseException:
+            self.kept = []  # the KV is in an unknown state: the next call starts afresh
+            raise
         return out
+
+    def _keep(self, tokens: list[int], limit: int) -> int:
+        """Trim the kept KV to what ``tokens`` shares with it, at most ``limit`` tokens, and return where decoding
+        starts. Everything goes when an SWA layer no longer holds the keys the first decoded token attends to."""
+        n = 0
+        for a, b in zip(self.kept, tokens[:limit]):
+            if a != b:
+                break
+            n += 1
+        # llama.cpp's contexts keep the whole sliding window by default (swa_full), so this holds today; it keeps
+        # a context that prunes from attending over evicted keys
+        if n and self.n_swa and self.ctx.seq_pos_min(0) > max(0, n - self.n_swa + 1):
+            n = 0
+        if n == 0:
+            self.ctx.clear()
+        elif n < len(self.kept):
+            self.ctx.seq_rm(0, n)
+        self.kept = tokens[:n]
+        return n
 
     @staticmethod
     def _reduce(logits: np.ndarray, token: int, top_n: int) -> TokenScore:

@@ -12,9 +12,11 @@ from .slot import Slot
 
 
 class Verifier:
-    def __init__(self, ctx: Context, with_features: bool):
+    def __init__(self, ctx: Context, with_features: bool, window_guard: Optional[tuple[int, int]] = None):
+        """window_guard: (a spare sequence id, the target's sliding window) for an SWA target (``_guard``)."""
         self.ctx = ctx
         self.with_features = with_features
+        self.guard_seq, self.n_swa = window_guard or (-1, 0)
         self.batch = TokenBatch(ctx.params.n_batch)
         self._spans: dict[int, int] = {}  # seq -> batch index of its anchor in the last forward
         self._epoch = -1  # ctx.n_decodes of that forward
@@ -37,7 +39,12 @@ class Verifier:
         where = [(slot, start, len(drafts) + 1, True) for (slot, drafts), start in zip(spans, starts)]
         for slot, chunk in chunks:
             where.append((slot, b.add(chunk, slot.n_past, slot.seq, False), len(chunk), False))
-        self.ctx.decode(b, during)
+        guarded = self._guard(spans)
+        try:
+            self.ctx.decode(b, during)
+        finally:
+            if guarded:
+                self.ctx.seq_rm(self.guard_seq, 0)  # the guard's share only: the slots keep their cells
         feats = self.ctx.layer_rows(b.n) if self.with_features and self.ctx.features_on else None
         # the spans came first, every row an output: all their picks in one read (one backend synchronization)
         # (a slot sampled on the host has no backend chain: its rows hold no pick, the caller reads its logits)
@@ -53,6 +60,28 @@ class Verifier:
         self._spans = {slot.seq: start for slot, start, _, is_span in where if is_span}
         self._epoch = self.ctx.n_decodes
         return out
+
+    def _guard(self, spans: list[tuple[Slot, list[int]]]) -> bool:
+        """Keep the SWA cells a rollback will need from being overwritten during the verify forward.
+
+        llama.cpp gives a new token any SWA cell that is masked for its only sequence, judged by that sequence's
+        largest position. A span [anchor at p, drafts up to p + k] raises it to p + k, which masks the cells at
+        positions up to p + k + 1 - n_swa while the forward runs; a later ubatch of the same forward (another
+        slot's span, a prompt chunk) may then take them. After a rollback to p + m + 1 the next token attends from
+        p + m + 2 - n_swa on, so with m < k it would attend over holes: plain decoding never masks those cells, and
+        the output differed from it (greedy, on a tiny Gemma-3 with 4 slots). A cell that a second sequence shares
+        is never given away, so each drafting slot's [p + 2 - n_swa, p + k + 2 - n_swa) is shared with the guard
+        sequence for the forward (``seq_cp`` in the unified KV: bookkeeping, no copy). Returns whether it shared
+        any."""
+        if self.n_swa <= 0:
+            return False
+        guarded = False
+        for slot, drafts in spans:
+            lo, hi = max(0, slot.n_past + 2 - self.n_swa), slot.n_past + len(drafts) + 2 - self.n_swa
+            if hi > lo:
+                self.ctx.seq_cp(slot.seq, self.guard_seq, lo, hi)
+                guarded = True
+        return guarded
 
     def p(self, seq: int, i: int):
         """p_i: the distribution the target's chain sampled verify row i of this sequence from, after its

@@ -64,6 +64,36 @@ class Call:
         return next(i for i, r in enumerate(self.reqs) if r.id == request_id)
 
 
+@dataclass
+class StreamLogprobs:
+    """A stream's ``logprobs``: each frame's tokens scored as the frame is sent, after its choice's prompt and the
+    tokens sent before (the scorer keeps that prefix in its KV, so a frame decodes only its own tokens)."""
+
+    scorer: ScoreService
+    kind: str  # "completion" (the legacy format) or "chat"
+    top_n: int
+    prompts: list[list[int]]  # each choice's prompt
+    sent: dict[int, list[int]] = field(default_factory=dict)  # choice -> prompt + the tokens scored so far
+    offset: dict[int, int] = field(default_factory=dict)  # choice -> text offset of its next token (legacy format)
+
+    async def echo(self, i: int) -> dict:
+        """Completions with echo: the prompt's own logprobs, with the frame that echoes it."""
+        self.sent[i] = list(self.prompts[i])
+        out = await self.scorer.completion_span(self.sent[i], 0, self.top_n)
+        self.offset[i] = sum(len(t) for t in out.tokens)
+        return out.model_dump()
+
+    async def frame(self, i: int, tokens: list[int]) -> dict:
+        sent = self.sent.setdefault(i, list(self.prompts[i]))
+        first = len(sent)
+        sent += tokens
+        if self.kind == "chat":
+            return (await self.scorer.chat_span(sent, first, self.top_n)).model_dump()
+        out = await self.scorer.completion_span(sent, first, self.top_n, self.offset.get(i, 0))
+        self.offset[i] = self.offset.get(i, 0) + sum(len(t) for t in out.tokens)
+        return out.model_dump()
+
+
 class Completions:
     def __init__(self, engine: EngineClient, tokenizer: Tokenizer, model: str, template: ChatTemplate,
                  recorder: StepRecorder, scorer: ScoreService):
@@ -76,8 +106,6 @@ class Completions:
 
     # --- endpoints ------------------------------------------------------------------------------------------------
     async def completion(self, body: S.CompletionRequest, http: HTTPRequest):
-        if body.stream and body.logprobs is not None:
-            raise InvalidRequest("logprobs are not supported with stream=true; use a non-streamed request")
         n = n_choices(body, self.engine.info.n_slots)
         controls = await engine_kwargs(body, self.tokenizer, None)
         prompts = [p for p in await self._completion_prompts(body.prompts()) for _ in range(n)]
@@ -86,7 +114,9 @@ class Completions:
         await self._start(call, body)
         echo = [self.tokenizer.echo_text(p) for p in call.prompts] if body.echo else None
         if body.stream:
-            return self._stream(call, http, body, echo_text=echo)
+            lp = (None if body.logprobs is None
+                  else StreamLogprobs(self.scorer, "completion", body.logprobs, call.prompts))
+            return self._stream(call, http, body, echo_text=echo, logprobs=lp)
         await self._collect(call, http)
         choices = []
         for i, req in enumerate(call.reqs):
@@ -106,8 +136,6 @@ class Completions:
                                     usage=self._usage(call), timings=self._timings(call))
 
     async def chat(self, body: S.ChatCompletionRequest, http: HTTPRequest):
-        if body.stream and body.logprobs:
-            raise InvalidRequest("logprobs are not supported with stream=true; use a non-streamed request")
         tp = tools.plan(body.tool_dicts(), body.tool_choice_value(), body.parallel_tool_calls, self.template)
         text = tools.render(self.template, body.template_messages(), tp)
         add_special = not self.template.emits_bos
@@ -121,7 +149,8 @@ class Completions:
                     n=n, id="chatcmpl-" + uuid.uuid4().hex, tools=tp if tp.parses else None)
         await self._start(call, body)
         if body.stream:
-            return self._stream(call, http, body)
+            lp = StreamLogprobs(self.scorer, "chat", body.top_logprobs or 0, call.prompts) if body.logprobs else None
+            return self._stream(call, http, body, logprobs=lp)
         await self._collect(call, http)
         choices = []
         for i, req in enumerate(call.reqs):
@@ -285,13 +314,14 @@ class Completions:
             raise
 
     # --- streaming ------------------------------------------------------------------------------------------------
-    def _stream(self, call: Call, http: HTTPRequest, body, echo_text: Optional[list[str]] = None):
+    def _stream(self, call: Call, http: HTTPRequest, body, echo_text: Optional[list[str]] = None,
+                logprobs: Optional[StreamLogprobs] = None):
         # send_timeout: a client that stops reading frees its slot instead of holding it
-        frames = self._frames(call, http, body.include_usage, echo_text, body.return_tokens)
+        frames = self._frames(call, http, body.include_usage, echo_text, body.return_tokens, logprobs)
         return EventSourceResponse(frames, ping=15, sep="\n", send_timeout=SEND_TIMEOUT_S)
 
     async def _frames(self, call: Call, http: HTTPRequest, include_usage: bool, echo_text: Optional[list[str]],
-                      return_tokens: bool) -> AsyncIterator[dict]:
+                      return_tokens: bool, lp: Optional[StreamLogprobs] = None) -> AsyncIterator[dict]:
         chunk = _ChunkMaker(call, return_tokens)
         readers = {i: tools.CallReader(call.tools) for i in range(len(call.reqs))} if call.tools is not None else {}
         try:
@@ -299,7 +329,7 @@ class Completions:
                 for i in range(len(call.reqs)):
                     yield chunk.frame(i, role="assistant", text="")
             for i, t in enumerate(echo_text or []):
-                yield chunk.frame(i, text=t)
+                yield chunk.frame(i, text=t, logprobs=await lp.echo(i) if lp is not None else None)
             while len(call.results) < len(call.reqs):
                 # no disconnect polling here: EventSourceResponse listens for the client's disconnect itself and
                 # cancels this generator (the finally below cancels the requests). A task and a timer per frame,
@@ -313,11 +343,23 @@ class Completions:
                     return
                 i = call.index(rid)
                 reader = readers.get(i)
+                # this frame's tokens scored as it is sent (a held-back partial character still sends its tokens'
+                # logprobs, with empty text)
+                try:
+                    logprobs = await lp.frame(i, item.tokens) if lp is not None and item.tokens else None
+                except Exception as exc:  # the scorer failed: the stream ends with the error, as an engine one
+                    log.exception("scoring a stream frame failed")
+                    self._count(call, "error")
+                    yield {"data": json.dumps({"error": _error_body(exc)})}
+                    yield {"data": "[DONE]"}
+                    return
                 if reader is not None:  # content as it comes, each tool call once its block is closed
                     for frame in chunk.parts(i, reader.feed(item.text) + (reader.finish() if item.finished else [])):
                         yield frame
-                elif item.text or (return_tokens and item.tokens):
-                    yield chunk.frame(i, text=item.text, tokens=item.tokens)
+                    if logprobs is not None:
+                        yield chunk.logprobs(i, logprobs)
+                elif item.text or (return_tokens and item.tokens) or logprobs is not None:
+                    yield chunk.frame(i, text=item.text, tokens=item.tokens, logprobs=logprobs)
                 if item.finished:
                     call.results[rid] = item.result
                     called = reader is not None and reader.calls
@@ -375,16 +417,17 @@ class _ChunkMaker:
         return {"id": c.id, "object": obj, "created": c.created, "model": c.model}
 
     def frame(self, index: int, text: Optional[str] = None, role: Optional[str] = None,
-              finish: Optional[str] = None, tokens: Optional[list[int]] = None) -> dict:
+              finish: Optional[str] = None, tokens: Optional[list[int]] = None,
+              logprobs: Optional[dict] = None) -> dict:
         if self.call.kind == "chat":
             delta = {}
             if role:
                 delta["role"] = role
             if text is not None and finish is None:
                 delta["content"] = text
-            choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+            choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
         else:
-            choice = {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish}
+            choice = {"index": index, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
         if self.return_tokens and tokens is not None:
             choice["tokens"] = list(tokens)  # this frame's token ids (its text may hold back a partial character)
         return {"data": json.dumps({**self._base(), "choices": [choice]})}
@@ -404,9 +447,13 @@ class _ChunkMaker:
             frames.append(self._delta(index, {"tool_calls": [{"index": k, "function": {"arguments": p.arguments}}]}))
         return frames
 
-    def _delta(self, index: int, delta: dict) -> dict:
-        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
+    def _delta(self, index: int, delta: dict, logprobs: Optional[dict] = None) -> dict:
+        choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": None}
         return {"data": json.dumps({**self._base(), "choices": [choice]})}
+
+    def logprobs(self, index: int, logprobs: dict) -> dict:
+        """A chat frame with no content of its own: the logprobs of tokens a tool-call reader holds back."""
+        return self._delta(index, {}, logprobs)
 
     def usage(self, usage: S.Usage, timings: S.Timings) -> dict:
         body = {**self._base(), "choices": [], "usage": usage.model_dump(), "timings": timings.model_dump()}

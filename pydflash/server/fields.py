@@ -83,7 +83,7 @@ APPLIED: dict[str, str] = {
     "stop": "up to 16 strings, never emitted in part",
     "stream": "server-sent events",
     "stream_options": "include_usage: a last chunk with usage and timings",
-    "logprobs": "not with stream",
+    "logprobs": "streamed too: each chunk carries its tokens' logprobs",
     "top_logprobs": "chat: with logprobs",
     "echo": "completions: the prompt before the text (and its logprobs)",
     "cache_prompt": "reuse a cached prefix (docs/cache.md)",

@@ -18,12 +18,13 @@ from ..engine.scorer import Scorer
 _scorers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def score(engine, tokens: list[int], top_n: int):
-    """Per-token log-probabilities of ``tokens`` (scorer.py) and the byte pieces of every token they name."""
+def score(engine, tokens: list[int], top_n: int, first: int = 0):
+    """Per-token log-probabilities of ``tokens`` from position ``first`` on (scorer.py) and the byte pieces of
+    every token they name."""
     scorer = _scorers.get(engine)
     if scorer is None:
         scorer = _scorers[engine] = Scorer(engine.model, engine.config.n_ctx_slot, engine.config.n_threads)
-    scores = scorer.score(tokens, top_n)
+    scores = scorer.score(tokens, top_n, first)
     pieces = {t: engine.model.token_to_piece(t) for s in scores for t in [s.token, *(x for x, _ in s.top)]}
     return scores, pieces
 

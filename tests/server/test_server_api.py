@@ -176,6 +176,42 @@ def test_lm_eval_loglikelihood_request(server, oracle):
     assert r.json()["choices"][0]["text"].startswith(oracle.llm.detokenize(toks)[:10])
 
 
+def test_streamed_logprobs(server, oracle):
+    """Each chunk carries its own tokens' logprobs: together they are the target's log-probabilities of the
+    streamed tokens, offsets and all, as a non-streamed answer gives them; with echo the prompt's come first."""
+    toks = oracle.llm.tokenize(PROMPTS[2])
+    body = {"model": "spec", "prompt": PROMPTS[2], "max_tokens": 16, "temperature": 0, "logprobs": 2,
+            "return_tokens": True}
+    frames = [f for f in sse(server, "/v1/completions", body)[:-1] if f["choices"]]
+    gen = [t for f in frames for t in f["choices"][0].get("tokens") or []]
+    parts = [f["choices"][0]["logprobs"] for f in frames if f["choices"][0]["logprobs"]]
+    assert len(parts) > 1 and len(gen) == 16
+    joined = {k: [x for part in parts for x in part[k]] for k in ("tokens", "token_logprobs", "text_offset")}
+    assert "".join(joined["tokens"]) == "".join(f["choices"][0]["text"] for f in frames)
+    for j, t in enumerate(gen):
+        logits = oracle.logits_after(toks + gen[:j]).astype(np.float64)
+        ref = logits[t] - logits.max() - np.log(np.exp(logits - logits.max()).sum())
+        # a frame decodes a few tokens at a time, the oracle the whole text: ~1e-3 of rounding apart on a CPU
+        assert abs(joined["token_logprobs"][j] - ref) < 1e-2
+    assert all(len(top) == 2 for part in parts for top in part["top_logprobs"])
+    # the same tokens scored in one piece: offsets and values agree with the non-streamed format
+    whole = server.http().post("/v1/completions", json={**body, "prompt": toks + gen, "max_tokens": 1,
+                                                         "echo": True}).json()["choices"][0]["logprobs"]
+    assert joined["text_offset"] == [o - whole["text_offset"][len(toks)] for o in whole["text_offset"][len(toks):][:16]]
+    echoed = [f for f in sse(server, "/v1/completions", {**body, "echo": True})[:-1] if f["choices"]]
+    head = echoed[0]["choices"][0]["logprobs"]
+    assert head["token_logprobs"][0] is None and len(head["tokens"]) == len(toks)
+    client = server.openai()
+    msgs = [{"role": "user", "content": "Say something."}]
+    chunks = [c for c in client.chat.completions.create(model="spec", messages=msgs, max_tokens=12, temperature=0,
+                                                        stream=True, logprobs=True, top_logprobs=3,
+                                                        extra_body={"return_tokens": True}) if c.choices]
+    content = [e for c in chunks if c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    n = sum(len(c.choices[0].model_extra.get("tokens") or []) for c in chunks)
+    assert n > 0 and len(content) == n and all(len(e.top_logprobs) == 3 for e in content)
+    assert all(e.logprob <= 0 and e.top_logprobs[0].logprob >= e.logprob - 1e-6 for e in content)
+
+
 def test_tokenize_detokenize_models_health_metrics(server):
     h = server.http()
     toks = h.post("/tokenize", json={"model": "spec", "content": "hello world"}).json()["tokens"]
