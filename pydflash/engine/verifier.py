@@ -39,7 +39,7 @@ class Verifier:
         where = [(slot, start, len(drafts) + 1, True) for (slot, drafts), start in zip(spans, starts)]
         for slot, chunk in chunks:
             where.append((slot, b.add(chunk, slot.n_past, slot.seq, False), len(chunk), False))
-        guarded = self._guard(spans)
+        guarded = self._guard(spans, b.n)
         try:
             self.ctx.decode(b, during)
         finally:
@@ -61,7 +61,7 @@ class Verifier:
         self._epoch = self.ctx.n_decodes
         return out
 
-    def _guard(self, spans: list[tuple[Slot, list[int]]]) -> bool:
+    def _guard(self, spans: list[tuple[Slot, list[int]]], n_tokens: int) -> bool:
         """Keep the SWA cells a rollback will need from being overwritten during the verify forward.
 
         llama.cpp gives a new token any SWA cell that is masked for its only sequence, judged by that sequence's
@@ -72,8 +72,12 @@ class Verifier:
         the output differed from it (greedy, on a tiny Gemma-3 with 4 slots). A cell that a second sequence shares
         is never given away, so each drafting slot's [p + 2 - n_swa, p + k + 2 - n_swa) is shared with the guard
         sequence for the forward (``seq_cp`` in the unified KV: bookkeeping, no copy). Returns whether it shared
-        any."""
-        if self.n_swa <= 0:
+        any.
+
+        A forward of one ubatch finds all its cells before any position moves, so it needs no guard: on a GPU
+        (n_ubatch 512) that is every step without a long prompt chunk. Each ``seq_cp`` walks every KV cell
+        (~30 us at 65,536 cells on this project's CPU host), so the guard is kept to the forwards that need it."""
+        if self.n_swa <= 0 or n_tokens <= self.ctx.params.n_ubatch:
             return False
         guarded = False
         for slot, drafts in spans:

@@ -32,7 +32,7 @@ def test_rollbacks_across_the_window_edge_stay_exact(gemma, guard, monkeypatch):
     p, oracle = gemma
     if not guard:  # the same run without the guard must fail: this test sees the holes
         from pydflash.engine import verifier
-        monkeypatch.setattr(verifier.Verifier, "_guard", lambda self, spans: False)
+        monkeypatch.setattr(verifier.Verifier, "_guard", lambda self, spans, n_tokens: False)
     # a fixed block of a useless drafter: a rollback of ~15 positions every step; small slots, so that the
     # unified KV wraps and new tokens land on masked cells
     llm = api.load(p.target, p.drafter, config=EngineConfig(n_slots=4, n_ctx_slot=160, adaptive=False))
