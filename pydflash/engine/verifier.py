@@ -43,8 +43,8 @@ class Verifier:
         try:
             self.ctx.decode(b, during)
         finally:
-            if guarded:
-                self.ctx.seq_rm(self.guard_seq, 0)  # the guard's share only: the slots keep their cells
+            if guarded:  # the guard's share only (the slots keep their cells), queued with the step's rollbacks:
+                self.ctx.seq_rm_later(self.guard_seq, 0)  # made while the next drafter forward runs
         feats = self.ctx.layer_rows(b.n) if self.with_features and self.ctx.features_on else None
         # the spans came first, every row an output: all their picks in one read (one backend synchronization)
         # (a slot sampled on the host has no backend chain: its rows hold no pick, the caller reads its logits)
