@@ -35,6 +35,9 @@
 #                     fast1.json fast2.json. Extra args go to scripts/bench/http_vs_native.py (e.g. --rounds 2)
 #   remote.sh adapt   in-process scripts/bench/engine.py, plain against adaptive drafting (useless and shipped drafter) at
 #                     1, 8 and 16 slots, with the per-step split (draft / verify / commit / host: the host profile)
+#   remote.sh paused  scripts/bench/paused_cost.py: a paused step of the speculative engine against a plain step (no
+#                     drafter), with and without the drafter's feature taps in the target graph, 1 and 16 slots; waits
+#                     for both builds so that the host-bound steps run on a quiet machine (~150 s)
 #   remote.sh profile scripts/bench/profile_host.py: the host part of a step by phase (16 slots L=8 and plain, 1 slot L=8)
 #   remote.sh cache   scripts/bench/cache.py: a 6-turn chat with a ~1,000-token system prompt, cache on / off
 #   remote.sh sampling  scripts/bench/sampling.py: rejection against sample-and-match at T 0.7 / 1.0,
@@ -432,6 +435,13 @@ fast1)  # remote.sh fast1 [scripts/bench/http_vs_native.py args...]
     fast_bench fast1 recur,chat --clients 1,4,8,16 --chat-clients 1,4,8 "${@:2}" ;;
 fast2)  # remote.sh fast2 [scripts/bench/http_vs_native.py args...]
     fast_bench fast2 recur-stream,noreuse,recur-cp0 --clients 1,4,8,16 "${@:2}" ;;
+paused)  # scripts/bench/paused_cost.py: a paused step against a plain one, 1 and 16 slots, on a quiet machine (both builds done)
+    use_build
+    use_pristine
+    left=$((580 - SECONDS))
+    [ $left -ge 150 ] || { echo "paused: the builds took the call ($left s left): run paused again"; exit 1; }
+    timeout -k 10 $left python3 scripts/bench/paused_cost.py --ngl -1 --slots 1,16 --steps 1500 --repeats 3 \
+        --out $OUT/paused_cost.json "${@:2}" ;;
 adapt)
     use_build
     for c in 1 8 16; do

@@ -1,0 +1,146 @@
+"""What a paused step costs against a plain one: the speculative engine with drafting paused (a useless drafter's
+steady state, and most steps of a drafter that does not pay on the traffic) against the engine without a drafter,
+in one process, interleaved. Users turn speculation on and forget it, so a paused step must cost what a plain one
+does.
+
+    python scripts/bench/paused_cost.py [--ngl -1] [--slots 1,16] [--steps 1500] [--repeats 3] [--out F.json]
+
+Variants, each its own engine over the same target file, all loaded at once and run in turn (round r of each
+before round r + 1 of any):
+- ``plain``: no drafter (``pydflash-server --no-spec``);
+- ``paused``: the shipped drafter, adaptive drafting held in a pause (no drafts, no feature copies): what the
+  server's steady state is between probes;
+- ``paused-notaps``: the same, but the target graph never keeps the drafter's layer inputs as outputs (the feature
+  layers are never switched on): what a paused step would cost if the graph dropped them while paused;
+- ``adaptive``: the shipped drafter under the real policy (probes, lead-ins and all), for reference.
+
+Per variant and slot count: wall ms per step, the target's native ms per step (its forwards, their wait included),
+and the host's (Python) share; the ratio of each to ``plain`` is the median of the paired rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+import time
+
+import pydflash  # noqa: F401  (loads libllama before numpy)
+from pydflash import api
+from pydflash.config import EngineConfig
+from pydflash.engine.request import Request
+
+VARIANTS = ("plain", "paused", "paused-notaps", "adaptive")
+PROMPT = ("The lighthouse keeper had kept a log for thirty years, and every entry began the same way: the date, "
+          "the weather, and the number of ships that passed. On the morning the fog came in,")
+
+
+def load(variant: str, target: str, drafter: str, slots: int, n_ctx: int, ngl: int, threads: int):
+    from pydflash.native import context as native_context
+
+    spec = variant != "plain"
+    cfg = EngineConfig(n_slots=slots, n_ctx_slot=n_ctx, n_gpu_layers=ngl, n_threads=threads, adaptive=spec,
+                       check_invariants=False, **({} if spec else {"draft_max": 0}))
+    real = native_context.llama_set_embeddings_layer_inp
+    if variant == "paused-notaps":  # the taps are set in the context's constructor: leave them out
+        native_context.llama_set_embeddings_layer_inp = lambda *a: None
+    try:
+        llm = api.load(target, drafter if spec else None, config=cfg)
+    finally:
+        native_context.llama_set_embeddings_layer_inp = real
+    eng = llm.engine
+    if variant.startswith("paused"):
+        eng.drafting.paused_step = lambda n: True  # a pause that never ends: no drafts, no features
+        eng.drafting.samples_costs = lambda: False
+        eng.target_ctx.set_features(False)
+    return llm
+
+
+def fill(llm, slots: int, max_tokens: int) -> None:
+    for _ in range(slots):
+        llm.engine.submit(Request(PROMPT, max_tokens=max_tokens, ignore_eos=True, cache_prompt=False))
+    while any(s is not None and not s.prefilled for s in llm.engine.slots) or llm.engine.queue:
+        llm.engine.step()
+
+
+def measure(llm, steps: int, max_tokens: int) -> dict:
+    """Per-step figures over the next ``steps`` steps; a request that finishes (``adaptive`` commits several tokens
+    a step) is replaced at once, its prompt's prefill counted in the round."""
+    eng = llm.engine
+    clocks = [eng.target_ctx] + ([eng.drafter.ctx] if eng.drafter is not None else [])
+    n0 = [c.t_native for c in clocks]
+    g0 = sum(len(s.generated) for s in eng.slots if s is not None)
+    t0 = time.perf_counter()
+    replaced = 0
+    for _ in range(steps):
+        for ev in eng.step():
+            if ev.finished:
+                replaced += 1
+                g0 -= len(ev.result.tokens)
+                eng.submit(Request(PROMPT, max_tokens=max_tokens, ignore_eos=True, cache_prompt=False))
+    wall = time.perf_counter() - t0
+    nat = [c.t_native - a for c, a in zip(clocks, n0)]
+    gen = sum(len(s.generated) for s in eng.slots if s is not None) - g0
+    return {"replaced": replaced, "step_ms": 1e3 * wall / steps, "target_ms": 1e3 * nat[0] / steps,
+            "drafter_ms": 1e3 * sum(nat[1:]) / steps, "host_ms": 1e3 * (wall - sum(nat)) / steps,
+            "tokens_per_step": gen / steps / len(eng.slots)}
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ngl", type=int, default=-1)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--slots", default="1,16")
+    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--target", default="")
+    ap.add_argument("--drafter", default="")
+    ap.add_argument("--out", default="")
+    a = ap.parse_args(argv)
+    from pydflash.defaults import SHIPPED_DRAFTER, gemma_target
+    target, drafter = a.target or str(gemma_target()), a.drafter or str(SHIPPED_DRAFTER)
+    variants = [v for v in a.variants.split(",") if v]
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        raise SystemExit(f"paused_cost: unknown variant(s) {sorted(unknown)}; known: {', '.join(VARIANTS)}")
+    out = {"target": target, "drafter": drafter, "ngl": a.ngl, "steps": a.steps, "repeats": a.repeats, "levels": {}}
+    for slots in [int(x) for x in a.slots.split(",")]:
+        # one token a step (adaptive, drafting, more: its requests are replaced as they finish)
+        n_ctx = 256 + a.warmup + a.repeats * a.steps
+        llms = {v: load(v, target, drafter, slots, n_ctx, a.ngl, a.threads) for v in variants}
+        for llm in llms.values():
+            fill(llm, slots, n_ctx - 200)
+            for _ in range(a.warmup):
+                llm.engine.step()
+        rounds = {v: [] for v in variants}
+        for r in range(a.repeats):
+            order = variants[r % len(variants):] + variants[:r % len(variants)]
+            for v in order:
+                rounds[v].append(measure(llms[v], a.steps, n_ctx - 200))
+        for llm in llms.values():
+            llm.close()
+        level = {}
+        for v in variants:
+            med = {k: statistics.median(x[k] for x in rounds[v]) for k in rounds[v][0]}
+            row = {"median": {k: round(x, 4) for k, x in med.items()}, "rounds": rounds[v]}
+            if "plain" in rounds and v != "plain":
+                row["step_vs_plain"] = round(statistics.median(
+                    x["step_ms"] / p["step_ms"] for x, p in zip(rounds[v], rounds["plain"])), 4)
+            level[v] = row
+        out["levels"][str(slots)] = level
+        print(f"slots {slots}: " + "; ".join(
+            f"{v} {level[v]['median']['step_ms']:.3f} ms/step (target {level[v]['median']['target_ms']:.3f}, "
+            f"host {level[v]['median']['host_ms']:.3f})" + (f" {level[v]['step_vs_plain']:.3f}x plain"
+                                                             if "step_vs_plain" in level[v] else "")
+            for v in variants), flush=True)
+    if a.out:
+        pathlib.Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)
