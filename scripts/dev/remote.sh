@@ -115,6 +115,10 @@
 # running 650 s after `start`; a fast1 called right after staging spent its whole call waiting. For the defaults
 # benchmark alone, PATCHED_TARGETS=llama (pydflash needs only libllama; the patched llama-server serves the native
 # DFlash rows) and PRISTINE_JOBS=12 on `start` leave the pristine llama-server most of the cores.
+# A session short of device time: NO_PRISTINE=1 PATCHED_JOBS=16 PATCHED_TARGETS=llama on `start` builds only the patched
+# libllama on every core; then `paused` and NO_NATIVE=1 fast1/fast2 (the pydflash conditions: pass --only). `start`
+# prints when each stage ended: on 2026-12-05 a `start` piped into `tail` gave nothing back for 300 s (cause unknown;
+# pip now skips its version check, which waits on a network the machine lacks, and each stage is under a timeout).
 # Order: part 0, part 0b, part 1b, start (carrying g1 and head.tgz), part 2 .. part N (part c0, part c1 before gen), then the
 # steps above. Every step that needs the build fails at once if `start` never ran (a carry over the limit refuses the
 # call without running it).
@@ -180,13 +184,17 @@ use_pristine() {  # wait for the pristine llama-server (`start` builds it beside
 
 fast_bench() {  # NAME WORKLOADS [scripts/bench/http_vs_native.py args...]: the defaults-mode benchmark, bounded to what the call has left
     use_build
-    use_pristine
-    ldd $PRISTINE_SERVER | grep -m1 libllama || true  # its own libllama (build RPATH), not the patched one
+    local native=()
+    if [ "${NO_NATIVE:-0}" != 1 ]; then  # NO_NATIVE=1: the pydflash conditions only (no pristine build this session)
+        use_pristine
+        ldd $PRISTINE_SERVER | grep -m1 libllama || true  # its own libllama (build RPATH), not the patched one
+        native=(--llama-server $PRISTINE_SERVER)
+    fi
     local left=$((575 - SECONDS))
     echo "$1: ${left} s left for the benchmark"
     [ $left -ge 120 ] || { echo "$1: the builds took the call: run $1 again"; exit 1; }
     # SIGTERM at the bound (the run then writes what it measured, marked partial), SIGKILL 20 s later
-    timeout -k 20 $((left - 20)) python3 scripts/bench/http_vs_native.py --defaults --ngl -1 --llama-server $PRISTINE_SERVER \
+    timeout -k 20 $((left - 20)) python3 scripts/bench/http_vs_native.py --defaults --ngl -1 "${native[@]}" \
         --workloads "$2" --rounds 3 --out-dir $OUT --stem "$1" --no-render --log-dir $OUT/logs_$1 "${@:3}" || echo "$1: exit $?"
     tar czf $OUT/logs_$1.tgz -C $OUT logs_$1 && rm -rf $OUT/logs_$1
 }
@@ -256,22 +264,32 @@ start)
     [ -d $W/whl ] || { echo "no wheels staged: run remote.sh part 1b (carrying .device-bench/g1b) first"; exit 1; }
     join_halves $W/src.tgz $W/src.sha256 || { echo "the joined llama.cpp source is not the packed one"; exit 1; }
     cd $W && mkdir -p site && tar xzf site.tgz -C site && tar xzf src.tgz
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $W/site whl/*.whl
+    echo "start: source unpacked at ${SECONDS} s"
+    # no version check: the machine reaches no network, and pip's check would wait on it
+    timeout 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check \
+        --upgrade --target $W/site whl/*.whl || echo "start: pip install failed or timed out ($?)"
+    echo "start: wheels installed at ${SECONDS} s"
+
     # the pristine tree for llama-server alone, with the flags a user would give (tests, examples and the web UI's
     # download off: their sources are not carried, and the machine reaches no network; none changes inference);
     # copied before the patched build starts writing build/ there
     rm -f $W/pristine.rc
-    pristine_tree > $W/pristine_check.log 2>&1 \
-        || { echo "the pristine tree is not the sdist's: $(tail -3 $W/pristine_check.log)"; echo 1 > $W/pristine.rc; }
+    if [ "${NO_PRISTINE:-0}" = 1 ]; then  # no native baseline this session: the patched build gets every core
+        echo "no pristine build (NO_PRISTINE=1)" > $W/pristine_check.log; echo 1 > $W/pristine.rc
+    else
+        timeout 120 bash -c "$(declare -f pristine_tree); W=$W REPO=$REPO pristine_tree" > $W/pristine_check.log 2>&1 \
+            || { echo "the pristine tree is not the sdist's: $(tail -3 $W/pristine_check.log)"; echo 1 > $W/pristine.rc; }
+    fi
+    echo "start: pristine tree at ${SECONDS} s"
     # our patches are already applied in the carried vendor tree. The CUDA-only ones (0006, 0007) are compiled first
     # here: should the build fail, they are reverted and the build retried, so that a session's runs still have a
     # library (build.log says so, `cuda` prints why, and the GPU tests of test_native_patches.py fail)
     setsid nohup bash -c "cd $W/llama.cpp && cmake -S . -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
         -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_RPC=ON \
-        > $W/configure.log 2>&1 && { cmake --build build -j8 --target ${PATCHED_TARGETS:-llama llama-server} > $W/build.log 2>&1 \
+        > $W/configure.log 2>&1 && { cmake --build build -j${PATCHED_JOBS:-8} --target ${PATCHED_TARGETS:-llama llama-server} > $W/build.log 2>&1 \
         || { tail -30 $W/build.log > $W/build_failed.log; for p in \$(ls -r $REPO/patches/000[67]-*.patch); do patch -R -p1 --quiet < \$p; done \
              && echo 'pydflash: the build failed; the CUDA-only patches (0006, 0007) reverted, built again' >> $W/build.log \
-             && cmake --build build -j8 --target ${PATCHED_TARGETS:-llama llama-server} >> $W/build.log 2>&1; }; }; echo \$? > $W/build.rc" \
+             && cmake --build build -j${PATCHED_JOBS:-8} --target ${PATCHED_TARGETS:-llama llama-server} >> $W/build.log 2>&1; }; }; echo \$? > $W/build.rc" \
         > /dev/null 2>&1 &
     # -j8 each (the patched build above too): the two builds share the 16 cores
     [ -f $W/pristine.rc ] || setsid nohup bash -c "cd $W/pristine && cmake -S . -B build -DGGML_CUDA=ON \
@@ -280,7 +298,7 @@ start)
         && cmake --build build -j${PRISTINE_JOBS:-8} --target llama-server > $W/pristine_build.log 2>&1; echo \$? > $W/pristine.rc" \
         > /dev/null 2>&1 &
     echo started build; nvidia-smi --query-gpu=name,memory.total --format=csv
-    PYTHONPATH=$W/site python3 -c 'import fastapi, starlette, pydantic, uvicorn, sse_starlette, prometheus_client
+    PYTHONPATH=$W/site timeout 60 python3 -c 'import fastapi, starlette, pydantic, uvicorn, sse_starlette, prometheus_client
 import jinja2, httpx, gguf, numpy, lzma; print("imports ok", fastapi.__version__, pydantic.__version__)' 2>&1 || true ;;
 part)
     cp -r .device-bench/g$2/* $W/ && ls $W | grep 'part\|src.tgz' | tr '\n' ' '; tail -c 200 $W/build.log 2>/dev/null || true; echo ;;
@@ -437,7 +455,8 @@ fast2)  # remote.sh fast2 [scripts/bench/http_vs_native.py args...]
     fast_bench fast2 recur-stream,noreuse,recur-cp0 --clients 1,4,8,16 "${@:2}" ;;
 paused)  # scripts/bench/paused_cost.py: a paused step against a plain one, 1 and 16 slots, on a quiet machine (both builds done)
     use_build
-    use_pristine
+    # a pristine build still running would share the CPU with the host-bound steps: wait for it, whatever its result
+    for _ in $(seq 1 110); do [ -f $W/pristine.rc ] && break; sleep 5; done
     left=$((580 - SECONDS))
     [ $left -ge 150 ] || { echo "paused: the builds took the call ($left s left): run paused again"; exit 1; }
     timeout -k 10 $left python3 scripts/bench/paused_cost.py --ngl -1 --slots 1,16 --steps 1500 --repeats 3 \
