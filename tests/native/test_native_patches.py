@@ -121,6 +121,42 @@ def test_feature_toggle_needs_no_reserve_and_stays_exact(tiny, tmp_path):
     assert np.array_equal(toggled, np.stack(always)[[0, 2, 4]])
 
 
+def test_dropped_taps_leave_the_graph_and_come_back_exact(tiny, tmp_path):
+    """patches/0013: dropping the feature taps takes the layer input out of the graph's outputs (the scheduler is
+    reserved again for the graph without it), and enabling them reserves once more; the rows read after each return
+    are those of an always-on context (a graph planned without the output would let later nodes overwrite it)."""
+    p = tiny("gemma3")
+    _, phases = run_probe("drop", p.target, tmp_path / "rows.npy")
+    reserved = {name: any("reserving" in ln for ln in lines) for name, lines in phases.items()
+                if name.startswith("step")}
+    # step 0 keeps the taps the context was made with; each later step changes the graph
+    assert reserved == {"step 0 features on": False, "step 1 features off": True, "step 2 features on": True,
+                        "step 3 features off": True, "step 4 features on": True}, reserved
+    _, toggled = run_probe("toggle", p.target, tmp_path / "toggled.npy")
+    assert np.array_equal(np.load(tmp_path / "rows.npy"), np.load(tmp_path / "toggled.npy"))
+
+
+def test_engine_drops_taps_in_long_pauses_only(tiny, monkeypatch):
+    """A pause with at least TAPS_OFF_MIN featureless steps ahead takes the taps out of the target graph; its
+    lead-in brings them back (features on); PYDFLASH_KEEP_TAPS=1 keeps them; greedy output is unchanged."""
+    from pydflash import api
+    from pydflash.config import EngineConfig
+    from pydflash.engine import adaptive
+
+    p = tiny("gemma3")
+    outs = {}
+    for keep in ("", "1"):
+        monkeypatch.setenv("PYDFLASH_KEEP_TAPS", keep)
+        llm = api.load(p.target, p.drafter, config=EngineConfig(n_ctx_slot=1024, adaptive=True))
+        eng = llm.engine
+        # the tiny pair's drafter is random: pauses grow 4x from MIN_BACKOFF, past TAPS_OFF_MIN within ~100 steps
+        res = llm.generate([2] + list(range(100, 120)), max_tokens=600, ignore_eos=True)
+        outs[keep] = (res.tokens, eng.target_ctx.n_tap_drops, max(eng.drafting.pause, adaptive.TAPS_OFF_MIN))
+        llm.close()
+    assert outs[""][1] >= 1 and outs["1"][1] == 0, outs
+    assert outs[""][0] == outs["1"][0]
+
+
 @pytest.mark.real_model
 def test_hopper_runs_a_12_token_span_as_mmvq_passes(gemma_path, tmp_path):
     """patches/0006: on Hopper, a one-sequence span of 9..16 tokens (a verify, a DFlash block) multiplies Gemma's
