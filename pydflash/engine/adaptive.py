@@ -122,10 +122,10 @@ FEATURE_LEAD = 32
 # drafter at 16 feature steps + 1 probe in 512 steps instead of 32 in 256 (the budget: >= 0.97x of plain at any load).
 LONG_PAUSE = 256
 SHORT_LEAD = 16
-# A pause with at least this many featureless steps ahead takes the feature taps out of the target graph
-# (Context.drop_taps): kept, they cost every paused forward on a GPU, and dropping them costs two scheduler reserves
-# (the drop, and the lead-in's enable), a few plain steps' worth
-TAPS_OFF_MIN = 128
+# With PYDFLASH_DROP_TAPS=1, a pause with at least this many featureless steps ahead takes the feature taps out of
+# the target graph (Context.drop_taps). Dropping them costs two scheduler reserves (the drop, and the lead-in's
+# enable: ~5 ms each on this repository's 2-core CPU, a few plain steps of a GPU), so only long pauses repay it
+TAPS_OFF_MIN = 480
 # A pause's plain steps without features teach the plain cost only one in this many: they all cost alike, and
 # observing one costs ~20 us of Python, ~2 % of an H200 step of the 270M target (a useless drafter's whole budget
 # against plain decoding is 3 %)

@@ -15,7 +15,7 @@ before round r + 1 of any):
   step after each: ``enable_step_ms``, ``drop_step_ms``);
 - ``paused-notaps``: the same, the taps never switched on at all (no patch needed: the reference for ``paused-drop``);
 - ``adaptive``: the shipped drafter under the real policy (probes, lead-ins and all), its defaults;
-  ``adaptive-keep``: the same with the taps always kept in the graph (``PYDFLASH_KEEP_TAPS=1``).
+  ``adaptive-drop``: the same with long pauses dropping the taps (``PYDFLASH_DROP_TAPS=1``).
 
 Per variant and slot count: wall ms per step, the target's native ms per step (its forwards, their wait included),
 and the host's (Python) share; the ratio of each to ``plain`` is the median of the paired rounds.
@@ -35,7 +35,7 @@ from pydflash import api
 from pydflash.config import EngineConfig
 from pydflash.engine.request import Request
 
-VARIANTS = ("plain", "paused", "paused-drop", "paused-notaps", "adaptive", "adaptive-keep")
+VARIANTS = ("plain", "paused", "paused-drop", "paused-notaps", "adaptive", "adaptive-drop")
 PROMPT = ("The lighthouse keeper had kept a log for thirty years, and every entry began the same way: the date, "
           "the weather, and the number of ships that passed. On the morning the fog came in,")
 
@@ -54,7 +54,7 @@ def load(variant: str, target: str, drafter: str, slots: int, n_ctx: int, ngl: i
     finally:
         native_context.llama_set_embeddings_layer_inp = real
     eng = llm.engine
-    eng.drop_taps = variant != "adaptive-keep"
+    eng.drop_taps = variant == "adaptive-drop"
     if variant.startswith("paused"):
         eng.drafting.paused_step = lambda n: True  # a pause that never ends: no drafts, no features
         eng.drafting.samples_costs = lambda: False
