@@ -2,7 +2,8 @@
 without a reserve), patches/0006 (9..16-column products as MMVQ passes on Hopper: runs only on such a GPU),
 patches/0007 (a CUDA graph per graph shape: runs only on a CUDA GPU), patches/0009 (a rollback walks its own
 sequence's cells), patches/0010 (debug lines stop in C unless PYDFLASH_VERBOSE), patches/0011 (a greedy
-drafter's picks over its reduced vocabulary) and patches/0012 (a spare scheduler keeps both graph slots).
+drafter's picks over its reduced vocabulary), patches/0012 (a spare scheduler keeps both graph slots) and
+patches/0013 (feature taps dropped from the graph in long pauses).
 
 All are about cost, so the tests read what llama.cpp did from its own debug log where it logs it (GGML_SCHED_DEBUG=2
 lists every graph node; a scheduler reserve logs "reserving"), in a subprocess, and check the results stay exact.
