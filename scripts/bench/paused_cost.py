@@ -163,14 +163,14 @@ def main(argv=None) -> dict:
         if extra:
             level["paused-drop"]["toggles"] = {k: round(x, 4) for k, x in extra.items()}
         out["levels"][str(slots)] = level
+        if a.out:  # after each level: a run cut short keeps what it measured
+            pathlib.Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
         print(f"slots {slots}: " + "; ".join(
             f"{v} {level[v]['median']['step_ms']:.3f} ms/step (target {level[v]['median']['target_ms']:.3f}, "
             f"host {level[v]['median']['host_ms']:.3f})" + (f" {level[v]['step_vs_plain']:.3f}x plain"
                                                              if "step_vs_plain" in level[v] else "")
             for v in variants) + (f"; taps back {extra['enable_step_ms']:.3f} ms, "
                                   f"dropped {extra['drop_step_ms']:.3f} ms" if extra else ""), flush=True)
-    if a.out:
-        pathlib.Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
     return out
 
 
