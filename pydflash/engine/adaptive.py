@@ -122,10 +122,6 @@ FEATURE_LEAD = 32
 # drafter at 16 feature steps + 1 probe in 512 steps instead of 32 in 256 (the budget: >= 0.97x of plain at any load).
 LONG_PAUSE = 256
 SHORT_LEAD = 16
-# With PYDFLASH_DROP_TAPS=1, a pause with at least this many featureless steps ahead takes the feature taps out of
-# the target graph (Context.drop_taps). Dropping them costs two scheduler reserves (the drop, and the lead-in's
-# enable: ~5 ms each on this repository's 2-core CPU, a few plain steps of a GPU), so only long pauses repay it
-TAPS_OFF_MIN = 480
 # A pause's plain steps without features teach the plain cost only one in this many: they all cost alike, and
 # observing one costs ~20 us of Python, ~2 % of an H200 step of the 270M target (a useless drafter's whole budget
 # against plain decoding is 3 %)
@@ -296,10 +292,6 @@ class DraftPolicy:
         self.pause -= 1
         self._probe_step, self._predicted = False, None
         return True
-
-    def quiet_steps(self) -> int:
-        """Plain steps without features still ahead before the current pause's lead-in (0 outside a pause)."""
-        return max(0, self.pause - self._lead - 1)
 
     def _paused(self, slots: list[tuple[SlotPolicy, int]], zeros: list[int]) -> Plan:
         """A plain step of a pause: features only in the lead-in to its probe, and only for the probing slots."""

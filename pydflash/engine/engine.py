@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
-import os
 import random
 import time
 from collections import deque
@@ -117,11 +116,6 @@ class Engine:
         self.stats = Stats()
         # step costs, engine-wide acceptance, the shared pause; CPU steps need no warm-up sample dropped
         self.drafting = adaptive.DraftPolicy(StepCosts(drop_first=config.n_gpu_layers != 0))
-        # PYDFLASH_DROP_TAPS=1: long pauses take the feature taps out of the target graph (Context.drop_taps). Off
-        # by default until a GPU has measured both sides: on this repository's CPU the step after each drop or
-        # enable costs ~5 ms more (the scheduler's reserve), and what kept taps cost a paused GPU forward is
-        # still a hypothesis (scripts/bench/paused_cost.py measures both)
-        self.drop_taps = os.environ.get("PYDFLASH_DROP_TAPS", "") == "1"
         self.rng = random.Random(config.seed)
         self.synth_p = None
         # copied chains (lookup.py) where a drafter drafts for real: synthetic acceptance ignores what is drafted
@@ -338,8 +332,6 @@ class Engine:
         if any(s.draft_max for s in running) and self.drafting.paused_step(len(running)):
             for s in running:  # what a plan without ``keep`` says
                 s.keeps_features = True
-            if self.drop_taps and self.drafting.quiet_steps() >= adaptive.TAPS_OFF_MIN:
-                self.target_ctx.drop_taps()  # back in the graph with the lead-in's features
             return [(s, 0) for s in running], False
         plan = self.drafting.plan([(s.policy, s.draft_max) for s in running])
         for s, kept in zip(running, plan.keep or itertools.repeat(True)):

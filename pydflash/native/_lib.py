@@ -150,11 +150,6 @@ def _declare(name: str, argtypes: list, restype, keep_gil: bool = False):
 llama_set_embeddings_layer_inp = _declare(
     "llama_set_embeddings_layer_inp", [c_ctx_p, ctypes.c_uint32, ctypes.c_bool], None, keep_gil=True
 )
-# void llama_drop_embeddings_layer_inp(struct llama_context * ctx, uint32_t lid), patches/0013: the layer input
-# leaves the graph's outputs until llama_set_embeddings_layer_inp enables it again
-llama_drop_embeddings_layer_inp = _declare(
-    "llama_drop_embeddings_layer_inp", [c_ctx_p, ctypes.c_uint32], None, keep_gil=True
-)
 # float * llama_get_embeddings_layer_inp(struct llama_context * ctx, uint32_t lid), returned as an address (an int):
 # the engine reads it for every layer in every step, and only compares it with the last one unless llama.cpp moved
 # the buffer

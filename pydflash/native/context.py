@@ -18,8 +18,7 @@ from ..errors import DecodeError, InvalidBatch, KVSlotFull, RollbackError
 from ._lib import (
     C, embeddings_layer_inp_addr,
     get_sampled_candidates_count_ith, get_sampled_candidates_ith, get_sampled_probs_count_ith, get_sampled_probs_ith,
-    get_sampled_token_ith, get_sampled_tokens, llama_drop_embeddings_layer_inp, llama_set_embeddings_layer_inp,
-    memory_seq_cp, memory_seq_pos_max,
+    get_sampled_token_ith, get_sampled_tokens, llama_set_embeddings_layer_inp, memory_seq_cp, memory_seq_pos_max,
     memory_seq_pos_min, memory_seq_rm, raise_if_interrupted, sampler_accept,
 )
 from .features import LayerRows
@@ -196,8 +195,6 @@ class Context:
         for lid in params.feature_layers:
             llama_set_embeddings_layer_inp(ptr, lid, True)
         self.features_on = bool(params.feature_layers)
-        self.taps_in_graph = self.features_on  # the graph keeps the feature layers' inputs as outputs
-        self.n_tap_drops = 0
         self._feature_views: dict[int, tuple[int, np.ndarray]] = {}  # layer -> (buffer address, float view)
         self.n_vocab = model.n_vocab
         self._embd: Optional[EmbdBatch] = None  # made on the first inject
@@ -414,29 +411,13 @@ class Context:
         """Turn target-feature extraction for the following batches on or off (for every feature layer).
 
         Off saves the per-layer copies (device to host, then into the rows) while no sequence needs features.
-        patches/0004 makes the switch free: the graph keeps the outputs, only the copies stop and resume. After
-        ``drop_taps`` the first switch on puts them back in the graph (a scheduler reserve).
+        patches/0004 makes the switch free: the graph keeps the outputs, only the copies stop and resume.
         """
         if on == self.features_on or not self.params.feature_layers:
             return
         for lid in self.params.feature_layers:
             llama_set_embeddings_layer_inp(self._ptr, lid, on)
         self.features_on = on
-        self.taps_in_graph = self.taps_in_graph or on
-
-    def drop_taps(self) -> None:
-        """Take the feature layers' inputs out of the graph's outputs until ``set_features(True)`` (patches/0013).
-
-        A kept output pins its buffer and ends fusions around it on a GPU, in every forward, copies or not; a long
-        pause of adaptive drafting reads none. Each drop and each later enable re-reserves llama.cpp's scheduler,
-        so only pauses long enough to repay that drop them (``Engine._schedule``).
-        """
-        if not self.taps_in_graph:
-            return
-        for lid in self.params.feature_layers:
-            llama_drop_embeddings_layer_inp(self._ptr, lid)
-        self.features_on = self.taps_in_graph = False
-        self.n_tap_drops += 1
 
     def features(self, n_tokens: int) -> np.ndarray:
         """Layer-input features of every token of the last batch: [n_tokens, n_layers * n_embd] float32, a copy.

@@ -10,12 +10,14 @@ before round r + 1 of any):
 - ``plain``: no drafter (``pydflash-server --no-spec``);
 - ``paused``: the shipped drafter, adaptive drafting held in a pause (no drafts, no feature copies): what the
   server's steady state is between probes;
-- ``paused-drop``: the same pause with the feature taps taken out of the target graph (``Context.drop_taps``, what
-  the engine does in long pauses); after the rounds, the cost of putting them back and dropping them again (the
-  step after each: ``enable_step_ms``, ``drop_step_ms``);
-- ``paused-notaps``: the same, the taps never switched on at all (no patch needed: the reference for ``paused-drop``);
-- ``adaptive``: the shipped drafter under the real policy (probes, lead-ins and all), its defaults;
-  ``adaptive-drop``: the same with long pauses dropping the taps (``PYDFLASH_DROP_TAPS=1``).
+- ``paused-notaps``: the same, the target graph never keeping the drafter's layer inputs as outputs (the feature
+  layers never switched on): what the taps themselves cost a paused forward;
+- ``adaptive``: the shipped drafter under the real policy (probes, lead-ins and all), its defaults.
+
+On the H200 (2026-12-05, docs/benchmarks.md) a paused step cost 1.012x a plain one at 1 slot and the kept taps
+~0.6 % of it; taking the taps out of the graph for a pause and putting them back (a patched llama.cpp call tried
+that day) cost 13.6 ms per change at 1 slot and 56 ms at 16 (two scheduler reserves and new CUDA graphs), more than
+a pause of ~4,000 steps saves: the taps stay.
 
 Per variant and slot count: wall ms per step, the target's native ms per step (its forwards, their wait included),
 and the host's (Python) share; the ratio of each to ``plain`` is the median of the paired rounds.
@@ -35,7 +37,7 @@ from pydflash import api
 from pydflash.config import EngineConfig
 from pydflash.engine.request import Request
 
-VARIANTS = ("plain", "paused", "paused-drop", "paused-notaps", "adaptive", "adaptive-drop")
+VARIANTS = ("plain", "paused", "paused-notaps", "adaptive")
 PROMPT = ("The lighthouse keeper had kept a log for thirty years, and every entry began the same way: the date, "
           "the weather, and the number of ships that passed. On the morning the fog came in,")
 
@@ -54,35 +56,11 @@ def load(variant: str, target: str, drafter: str, slots: int, n_ctx: int, ngl: i
     finally:
         native_context.llama_set_embeddings_layer_inp = real
     eng = llm.engine
-    eng.drop_taps = variant == "adaptive-drop"
     if variant.startswith("paused"):
         eng.drafting.paused_step = lambda n: True  # a pause that never ends: no drafts, no features
         eng.drafting.samples_costs = lambda: False
         eng.target_ctx.set_features(False)
     return llm
-
-
-def settle(llm, variant: str) -> None:
-    """The steady state of the variant's pause (after the prompt's prefill, which may have kept features)."""
-    if variant == "paused-drop":
-        llm.engine.target_ctx.drop_taps()
-
-
-def toggles(llm, n: int = 10) -> dict:
-    """Steps right after the taps come back into the graph (with features, as in a lead-in) and right after they
-    leave it again: each change re-reserves llama.cpp's scheduler."""
-    eng, on, off = llm.engine, [], []
-    for _ in range(n):
-        eng.target_ctx.set_features(True)
-        t = time.perf_counter()
-        eng.step()
-        on.append(time.perf_counter() - t)
-        eng.target_ctx.drop_taps()
-        t = time.perf_counter()
-        eng.step()
-        off.append(time.perf_counter() - t)
-    return {"enable_step_ms": 1e3 * statistics.median(on), "drop_step_ms": 1e3 * statistics.median(off),
-            "drops": eng.target_ctx.n_tap_drops}
 
 
 def fill(llm, slots: int, max_tokens: int) -> None:
@@ -139,9 +117,8 @@ def main(argv=None) -> dict:
         # one token a step (adaptive, drafting, more: its requests are replaced as they finish)
         n_ctx = 256 + a.warmup + a.repeats * a.steps
         llms = {v: load(v, target, drafter, slots, n_ctx, a.ngl, a.threads) for v in variants}
-        for v, llm in llms.items():
+        for llm in llms.values():
             fill(llm, slots, n_ctx - 200)
-            settle(llm, v)
             for _ in range(a.warmup):
                 llm.engine.step()
         rounds = {v: [] for v in variants}
@@ -149,7 +126,6 @@ def main(argv=None) -> dict:
             order = variants[r % len(variants):] + variants[:r % len(variants)]
             for v in order:
                 rounds[v].append(measure(llms[v], a.steps, n_ctx - 200))
-        extra = toggles(llms["paused-drop"]) if "paused-drop" in llms else {}
         for llm in llms.values():
             llm.close()
         level = {}
@@ -160,8 +136,6 @@ def main(argv=None) -> dict:
                 row["step_vs_plain"] = round(statistics.median(
                     x["step_ms"] / p["step_ms"] for x, p in zip(rounds[v], rounds["plain"])), 4)
             level[v] = row
-        if extra:
-            level["paused-drop"]["toggles"] = {k: round(x, 4) for k, x in extra.items()}
         out["levels"][str(slots)] = level
         if a.out:  # after each level: a run cut short keeps what it measured
             pathlib.Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
@@ -169,8 +143,7 @@ def main(argv=None) -> dict:
             f"{v} {level[v]['median']['step_ms']:.3f} ms/step (target {level[v]['median']['target_ms']:.3f}, "
             f"host {level[v]['median']['host_ms']:.3f})" + (f" {level[v]['step_vs_plain']:.3f}x plain"
                                                              if "step_vs_plain" in level[v] else "")
-            for v in variants) + (f"; taps back {extra['enable_step_ms']:.3f} ms, "
-                                  f"dropped {extra['drop_step_ms']:.3f} ms" if extra else ""), flush=True)
+            for v in variants), flush=True)
     return out
 
 

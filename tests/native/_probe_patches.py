@@ -2,8 +2,7 @@
 callback under PYDFLASH_VERBOSE) and prints markers between phases, so the test can read what each phase did.
 
     python _probe_patches.py argmax MODEL    one verify-like batch of 8 outputs under a greedy backend chain
-    python _probe_patches.py toggle MODEL OUT.npy  features on, off, on again around one-token steps; the rows read
-    python _probe_patches.py drop MODEL OUT.npy    the same with the taps dropped from the graph while off (0013)
+    python _probe_patches.py toggle MODEL    features on, off, on again around one-token steps; saves nothing
     python _probe_patches.py decode MODEL    one plain decode step of 8 sequences, one output each, greedy chains
     python _probe_patches.py span12 MODEL OUT.npy  on the GPU: a 12-token span of one sequence, every row's logits saved
     python _probe_patches.py alternate MODEL  on the GPU: one-token and five-token steps of one sequence, alternating
@@ -77,8 +76,6 @@ def main(what: str, path: str) -> None:
     rows = []
     for i, on in enumerate([True, False, True, False, True]):
         sys.stderr.write(f"@@ step {i} features {'on' if on else 'off'}\n")
-        if not on and what == "drop":  # out of the graph (patches/0013), not only the copies stopped
-            ctx.drop_taps()
         ctx.set_features(on)
         b.clear()
         b.add([tokens[16 + i]], 16 + i, 0, True)

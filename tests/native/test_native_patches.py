@@ -2,8 +2,7 @@
 without a reserve), patches/0006 (9..16-column products as MMVQ passes on Hopper: runs only on such a GPU),
 patches/0007 (a CUDA graph per graph shape: runs only on a CUDA GPU), patches/0009 (a rollback walks its own
 sequence's cells), patches/0010 (debug lines stop in C unless PYDFLASH_VERBOSE), patches/0011 (a greedy
-drafter's picks over its reduced vocabulary), patches/0012 (a spare scheduler keeps both graph slots) and
-patches/0013 (feature taps dropped from the graph in long pauses).
+drafter's picks over its reduced vocabulary) and patches/0012 (a spare scheduler keeps both graph slots).
 
 All are about cost, so the tests read what llama.cpp did from its own debug log where it logs it (GGML_SCHED_DEBUG=2
 lists every graph node; a scheduler reserve logs "reserving"), in a subprocess, and check the results stay exact.
@@ -120,42 +119,6 @@ def test_feature_toggle_needs_no_reserve_and_stays_exact(tiny, tmp_path):
         ctx.decode(b)
         always.append(ctx.features(1)[0])
     assert np.array_equal(toggled, np.stack(always)[[0, 2, 4]])
-
-
-def test_dropped_taps_leave_the_graph_and_come_back_exact(tiny, tmp_path):
-    """patches/0013: dropping the feature taps takes the layer input out of the graph's outputs (the scheduler is
-    reserved again for the graph without it), and enabling them reserves once more; the rows read after each return
-    are those of an always-on context (a graph planned without the output would let later nodes overwrite it)."""
-    p = tiny("gemma3")
-    _, phases = run_probe("drop", p.target, tmp_path / "rows.npy")
-    reserved = {name: any("reserving" in ln for ln in lines) for name, lines in phases.items()
-                if name.startswith("step")}
-    # step 0 keeps the taps the context was made with; each later step changes the graph
-    assert reserved == {"step 0 features on": False, "step 1 features off": True, "step 2 features on": True,
-                        "step 3 features off": True, "step 4 features on": True}, reserved
-    _, toggled = run_probe("toggle", p.target, tmp_path / "toggled.npy")
-    assert np.array_equal(np.load(tmp_path / "rows.npy"), np.load(tmp_path / "toggled.npy"))
-
-
-def test_engine_drops_taps_in_long_pauses_only(tiny, monkeypatch):
-    """With PYDFLASH_DROP_TAPS=1, a pause with at least TAPS_OFF_MIN featureless steps ahead takes the taps out of
-    the target graph and its lead-in brings them back (features on); without it they stay; greedy output is the
-    same either way."""
-    from pydflash import api
-    from pydflash.config import EngineConfig
-
-    p = tiny("gemma3")
-    outs = {}
-    for drop in ("1", ""):
-        monkeypatch.setenv("PYDFLASH_DROP_TAPS", drop)
-        llm = api.load(p.target, p.drafter, config=EngineConfig(n_ctx_slot=2048, adaptive=True))
-        eng = llm.engine
-        # the tiny pair's drafter is random: pauses grow 4x from MIN_BACKOFF, past TAPS_OFF_MIN within ~400 steps
-        res = llm.generate([2] + list(range(100, 120)), max_tokens=1500, ignore_eos=True)
-        outs[drop] = (res.tokens, eng.target_ctx.n_tap_drops, eng.target_ctx.features_on)
-        llm.close()
-    assert outs["1"][1] >= 1 and outs[""][1] == 0, outs[drop][1:]
-    assert outs["1"][0] == outs[""][0]
 
 
 @pytest.mark.real_model
