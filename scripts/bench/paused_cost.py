@@ -4,6 +4,7 @@ in one process, interleaved. Users turn speculation on and forget it, so a pause
 does.
 
     python scripts/bench/paused_cost.py [--ngl -1] [--slots 1,16] [--steps 1500] [--repeats 3] [--out F.json]
+        [--capacity 16 --cache]    (as a server runs it: 16 engine slots whatever the load, the prompt cache on)
 
 Variants, each its own engine over the same target file, all loaded at once and run in turn (round r of each
 before round r + 1 of any):
@@ -17,7 +18,9 @@ before round r + 1 of any):
 On the H200 (2026-12-05, docs/benchmarks.md) a paused step cost 1.012x a plain one at 1 slot and the kept taps
 ~0.6 % of it; taking the taps out of the graph for a pause and putting them back (a patched llama.cpp call tried
 that day) cost 13.6 ms per change at 1 slot and 56 ms at 16 (two scheduler reserves and new CUDA graphs), more than
-a pause of ~4,000 steps saves: the taps stay.
+a pause of ~4,000 steps saves: the taps stay. Through HTTP the same day the shipped pair's non-drafting steps cost
+~5 % more than plain ones (0.92x of plain at 1 client), so what differs in the server (16 slots with one busy, the
+prompt cache on) is what ``--capacity 16 --cache`` puts in here.
 
 Per variant and slot count: wall ms per step, the target's native ms per step (its forwards, their wait included),
 and the host's (Python) share; the ratio of each to ``plain`` is the median of the paired rounds.
@@ -43,6 +46,7 @@ PROMPT = ("The lighthouse keeper had kept a log for thirty years, and every entr
 
 
 def load(variant: str, target: str, drafter: str, slots: int, n_ctx: int, ngl: int, threads: int):
+    """slots: the engine's (a server's -np); fewer requests may run in it (``fill``)."""
     from pydflash.native import context as native_context
 
     spec = variant != "plain"
@@ -63,14 +67,14 @@ def load(variant: str, target: str, drafter: str, slots: int, n_ctx: int, ngl: i
     return llm
 
 
-def fill(llm, slots: int, max_tokens: int) -> None:
-    for _ in range(slots):
-        llm.engine.submit(Request(PROMPT, max_tokens=max_tokens, ignore_eos=True, cache_prompt=False))
+def fill(llm, active: int, max_tokens: int, cache: bool) -> None:
+    for _ in range(active):
+        llm.engine.submit(Request(PROMPT, max_tokens=max_tokens, ignore_eos=True, cache_prompt=cache))
     while any(s is not None and not s.prefilled for s in llm.engine.slots) or llm.engine.queue:
         llm.engine.step()
 
 
-def measure(llm, steps: int, max_tokens: int) -> dict:
+def measure(llm, steps: int, max_tokens: int, cache: bool) -> dict:
     """Per-step figures over the next ``steps`` steps; a request that finishes (``adaptive`` commits several tokens
     a step) is replaced at once, its prompt's prefill counted in the round."""
     eng = llm.engine
@@ -84,20 +88,24 @@ def measure(llm, steps: int, max_tokens: int) -> dict:
             if ev.finished:
                 replaced += 1
                 g0 -= len(ev.result.tokens)
-                eng.submit(Request(PROMPT, max_tokens=max_tokens, ignore_eos=True, cache_prompt=False))
+                eng.submit(Request(PROMPT, max_tokens=max_tokens, ignore_eos=True, cache_prompt=cache))
     wall = time.perf_counter() - t0
     nat = [c.t_native - a for c, a in zip(clocks, n0)]
     gen = sum(len(s.generated) for s in eng.slots if s is not None) - g0
+    active = sum(s is not None for s in eng.slots)
     return {"replaced": replaced, "step_ms": 1e3 * wall / steps, "target_ms": 1e3 * nat[0] / steps,
             "drafter_ms": 1e3 * sum(nat[1:]) / steps, "host_ms": 1e3 * (wall - sum(nat)) / steps,
-            "tokens_per_step": gen / steps / len(eng.slots)}
+            "tokens_per_step": gen / steps / active}
 
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ngl", type=int, default=-1)
     ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--slots", default="1,16")
+    ap.add_argument("--slots", default="1,16", help="concurrent requests, one level each")
+    ap.add_argument("--capacity", type=int, default=0,
+                    help="the engine's slots (a server's -np; default: as many as requests), e.g. 16 as served")
+    ap.add_argument("--cache", action="store_true", help="requests keep the prompt cache on (a server's default)")
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=3)
@@ -112,20 +120,21 @@ def main(argv=None) -> dict:
     unknown = set(variants) - set(VARIANTS)
     if unknown:
         raise SystemExit(f"paused_cost: unknown variant(s) {sorted(unknown)}; known: {', '.join(VARIANTS)}")
-    out = {"target": target, "drafter": drafter, "ngl": a.ngl, "steps": a.steps, "repeats": a.repeats, "levels": {}}
+    out = {"target": target, "drafter": drafter, "ngl": a.ngl, "steps": a.steps, "repeats": a.repeats,
+           "capacity": a.capacity, "cache": a.cache, "levels": {}}
     for slots in [int(x) for x in a.slots.split(",")]:
         # one token a step (adaptive, drafting, more: its requests are replaced as they finish)
         n_ctx = 256 + a.warmup + a.repeats * a.steps
-        llms = {v: load(v, target, drafter, slots, n_ctx, a.ngl, a.threads) for v in variants}
+        llms = {v: load(v, target, drafter, max(slots, a.capacity), n_ctx, a.ngl, a.threads) for v in variants}
         for llm in llms.values():
-            fill(llm, slots, n_ctx - 200)
+            fill(llm, slots, n_ctx - 200, a.cache)
             for _ in range(a.warmup):
                 llm.engine.step()
         rounds = {v: [] for v in variants}
         for r in range(a.repeats):
             order = variants[r % len(variants):] + variants[:r % len(variants)]
             for v in order:
-                rounds[v].append(measure(llms[v], a.steps, n_ctx - 200))
+                rounds[v].append(measure(llms[v], a.steps, n_ctx - 200, a.cache))
         for llm in llms.values():
             llm.close()
         level = {}
