@@ -119,6 +119,10 @@
 # libllama on every core; then `paused` and NO_NATIVE=1 fast1/fast2 (the pydflash conditions: pass --only). `start`
 # prints when each stage ended: on 2026-12-05 a `start` piped into `tail` gave nothing back for 300 s (cause unknown;
 # pip now skips its version check, which waits on a network the machine lacks, and each stage is under a timeout).
+# 2026-12-05 (second session): a first machine (H100) ran part 0 .. start, then went back while this side was cut off
+# for over 30 s; three starts failed or the machine was taken back (~200 s each, plus 15 s refusals); the one that
+# came (H200) staged everything in 6 calls within 30 s of lease and `paused` waited ~4 min for the -j16 libllama
+# build: a session can count on ~500 s of benchmark after ~20 minutes of failed starts.
 # Order: part 0, part 0b, part 1b, start (carrying g1 and head.tgz), part 2 .. part N (part c0, part c1 before gen), then the
 # steps above. Every step that needs the build fails at once if `start` never ran (a carry over the limit refuses the
 # call without running it).
