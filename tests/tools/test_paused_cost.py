@@ -1,0 +1,28 @@
+"""scripts/bench/paused_cost.py: a paused step of the speculative engine against a plain one, in one process."""
+
+import importlib.util
+import pathlib
+
+from pydflash.factory import write_tiny_pair
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_paused_variants_never_draft_and_are_paired_with_plain(tmp_path):
+    spec = importlib.util.spec_from_file_location("paused_cost", REPO / "scripts" / "bench" / "paused_cost.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    pair = write_tiny_pair(str(tmp_path / "pair"), arch="gemma3", seed=0)
+    out = mod.main(["--ngl", "0", "--threads", "2", "--slots", "1", "--capacity", "2", "--cache", "--steps", "20",
+                    "--warmup", "5", "--repeats", "2", "--variants", "plain,paused,paused-notaps",
+                    "--target", str(pair.target), "--drafter", str(pair.drafter), "--out", str(tmp_path / "p.json")])
+    level = out["levels"]["1"]
+    assert out["capacity"] == 2 and out["cache"] is True and (tmp_path / "p.json").exists()
+    for v in ("plain", "paused", "paused-notaps"):
+        m = level[v]["median"]
+        assert len(level[v]["rounds"]) == 2
+        # a held pause commits one token a step and never runs the drafter: what is measured is the plain path
+        assert m["tokens_per_step"] == 1.0 and m["drafter_ms"] == 0.0, (v, m)
+        assert 0 < m["host_ms"] < m["step_ms"] and 0 < m["target_ms"] < m["step_ms"]
+    assert "step_vs_plain" not in level["plain"]
+    assert level["paused"]["step_vs_plain"] > 0 and level["paused-notaps"]["step_vs_plain"] > 0
