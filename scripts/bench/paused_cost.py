@@ -5,6 +5,8 @@ does.
 
     python scripts/bench/paused_cost.py [--ngl -1] [--slots 1,16] [--steps 1500] [--repeats 3] [--out F.json]
         [--capacity 16 --cache]    (as a server runs it: 16 engine slots whatever the load, the prompt cache on)
+        [--request-tokens 256]     (requests of 256 tokens, each replaced when it ends, the prompts of the frozen
+                                    fresh set in turn: a request boundary every 256 steps, as the HTTP benchmark's)
 
 Variants, each its own engine over the same target file, all loaded at once and run in turn (round r of each
 before round r + 1 of any):
@@ -67,14 +69,34 @@ def load(variant: str, target: str, drafter: str, slots: int, n_ctx: int, ngl: i
     return llm
 
 
-def fill(llm, active: int, max_tokens: int, cache: bool) -> None:
+class Requests:
+    """The requests of one engine: one long prompt, or (``--request-tokens``) the fresh set's prompts in turn, the
+    same sequence for every variant."""
+
+    def __init__(self, max_tokens: int, cache: bool, prompts: list[str] | None = None):
+        self.max_tokens, self.cache, self.prompts, self.i = max_tokens, cache, prompts or [PROMPT], 0
+
+    def next(self) -> Request:
+        prompt = self.prompts[self.i % len(self.prompts)]
+        self.i += 1
+        return Request(prompt, max_tokens=self.max_tokens, ignore_eos=True, cache_prompt=self.cache)
+
+
+def fresh_prompts() -> list[str]:
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # scripts/ is not a package
+    from http_vs_native import fresh_prompts as frozen  # the sha-checked frozen set
+
+    return frozen()
+
+
+def fill(llm, active: int, reqs: Requests) -> None:
     for _ in range(active):
-        llm.engine.submit(Request(PROMPT, max_tokens=max_tokens, ignore_eos=True, cache_prompt=cache))
+        llm.engine.submit(reqs.next())
     while any(s is not None and not s.prefilled for s in llm.engine.slots) or llm.engine.queue:
         llm.engine.step()
 
 
-def measure(llm, steps: int, max_tokens: int, cache: bool) -> dict:
+def measure(llm, steps: int, reqs: Requests) -> dict:
     """Per-step figures over the next ``steps`` steps; a request that finishes (``adaptive`` commits several tokens
     a step) is replaced at once, its prompt's prefill counted in the round."""
     eng = llm.engine
@@ -88,7 +110,7 @@ def measure(llm, steps: int, max_tokens: int, cache: bool) -> dict:
             if ev.finished:
                 replaced += 1
                 g0 -= len(ev.result.tokens)
-                eng.submit(Request(PROMPT, max_tokens=max_tokens, ignore_eos=True, cache_prompt=cache))
+                eng.submit(reqs.next())
     wall = time.perf_counter() - t0
     nat = [c.t_native - a for c, a in zip(clocks, n0)]
     gen = sum(len(s.generated) for s in eng.slots if s is not None) - g0
@@ -106,6 +128,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--capacity", type=int, default=0,
                     help="the engine's slots (a server's -np; default: as many as requests), e.g. 16 as served")
     ap.add_argument("--cache", action="store_true", help="requests keep the prompt cache on (a server's default)")
+    ap.add_argument("--request-tokens", type=int, default=0,
+                    help="requests of this many tokens over the fresh prompt set, replaced as they end (0: one long "
+                         "request per slot)")
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=3)
@@ -121,20 +146,22 @@ def main(argv=None) -> dict:
     if unknown:
         raise SystemExit(f"paused_cost: unknown variant(s) {sorted(unknown)}; known: {', '.join(VARIANTS)}")
     out = {"target": target, "drafter": drafter, "ngl": a.ngl, "steps": a.steps, "repeats": a.repeats,
-           "capacity": a.capacity, "cache": a.cache, "levels": {}}
+           "capacity": a.capacity, "cache": a.cache, "request_tokens": a.request_tokens, "levels": {}}
     for slots in [int(x) for x in a.slots.split(",")]:
         # one token a step (adaptive, drafting, more: its requests are replaced as they finish)
         n_ctx = 256 + a.warmup + a.repeats * a.steps
         llms = {v: load(v, target, drafter, max(slots, a.capacity), n_ctx, a.ngl, a.threads) for v in variants}
-        for llm in llms.values():
-            fill(llm, slots, n_ctx - 200, a.cache)
+        reqs = {v: Requests(a.request_tokens or n_ctx - 200, a.cache,
+                            fresh_prompts() if a.request_tokens else None) for v in variants}
+        for v, llm in llms.items():
+            fill(llm, slots, reqs[v])
             for _ in range(a.warmup):
                 llm.engine.step()
         rounds = {v: [] for v in variants}
         for r in range(a.repeats):
             order = variants[r % len(variants):] + variants[:r % len(variants)]
             for v in order:
-                rounds[v].append(measure(llms[v], a.steps, n_ctx - 200, a.cache))
+                rounds[v].append(measure(llms[v], a.steps, reqs[v]))
         for llm in llms.values():
             llm.close()
         level = {}

@@ -37,7 +37,9 @@
 #                     1, 8 and 16 slots, with the per-step split (draft / verify / commit / host: the host profile)
 #   remote.sh paused  scripts/bench/paused_cost.py: a paused step of the speculative engine against a plain step (no
 #                     drafter), with and without the drafter's feature taps in the target graph, 1 and 16 slots; waits
-#                     for both builds so that the host-bound steps run on a quiet machine (~150 s)
+#                     for both builds so that the host-bound steps run on a quiet machine (~150 s). Next: as served,
+#                     with a request boundary every 256 steps (the 1-client HTTP gap): `paused --slots 1 --capacity 16
+#                     --cache --request-tokens 256 --variants plain,paused,adaptive`
 #   remote.sh profile scripts/bench/profile_host.py: the host part of a step by phase (16 slots L=8 and plain, 1 slot L=8)
 #   remote.sh cache   scripts/bench/cache.py: a 6-turn chat with a ~1,000-token system prompt, cache on / off
 #   remote.sh sampling  scripts/bench/sampling.py: rejection against sample-and-match at T 0.7 / 1.0,

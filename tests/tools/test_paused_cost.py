@@ -26,3 +26,19 @@ def test_paused_variants_never_draft_and_are_paired_with_plain(tmp_path):
         assert 0 < m["host_ms"] < m["step_ms"] and 0 < m["target_ms"] < m["step_ms"]
     assert "step_vs_plain" not in level["plain"]
     assert level["paused"]["step_vs_plain"] > 0 and level["paused-notaps"]["step_vs_plain"] > 0
+
+
+def test_short_requests_are_replaced_in_the_same_order_for_every_variant(tmp_path):
+    """--request-tokens: requests end every few steps and the next prompt of the frozen fresh set takes the slot,
+    the same sequence in each variant (request boundaries are part of what is compared)."""
+    spec = importlib.util.spec_from_file_location("paused_cost", REPO / "scripts" / "bench" / "paused_cost.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    pair = write_tiny_pair(str(tmp_path / "pair"), arch="gemma3", seed=0)
+    out = mod.main(["--ngl", "0", "--threads", "2", "--slots", "1", "--capacity", "2", "--cache",
+                    "--request-tokens", "4", "--steps", "24", "--warmup", "2", "--repeats", "1",
+                    "--variants", "plain,paused", "--target", str(pair.target), "--drafter", str(pair.drafter)])
+    level = out["levels"]["1"]
+    assert out["request_tokens"] == 4
+    replaced = [level[v]["rounds"][0]["replaced"] for v in ("plain", "paused")]
+    assert replaced[0] >= 3 and replaced[0] == replaced[1], replaced
