@@ -114,7 +114,7 @@ def measure(llm, steps: int, reqs: Requests) -> dict:
     wall = time.perf_counter() - t0
     nat = [c.t_native - a for c, a in zip(clocks, n0)]
     gen = sum(len(s.generated) for s in eng.slots if s is not None) - g0
-    active = sum(s is not None for s in eng.slots)
+    active = max(1, sum(s is not None for s in eng.slots))
     return {"replaced": replaced, "step_ms": 1e3 * wall / steps, "target_ms": 1e3 * nat[0] / steps,
             "drafter_ms": 1e3 * sum(nat[1:]) / steps, "host_ms": 1e3 * (wall - sum(nat)) / steps,
             "tokens_per_step": gen / steps / active}
@@ -155,8 +155,7 @@ def main(argv=None) -> dict:
                             fresh_prompts() if a.request_tokens else None) for v in variants}
         for v, llm in llms.items():
             fill(llm, slots, reqs[v])
-            for _ in range(a.warmup):
-                llm.engine.step()
+            measure(llm, a.warmup, reqs[v])  # warm-up, its requests replaced as they end too
         rounds = {v: [] for v in variants}
         for r in range(a.repeats):
             order = variants[r % len(variants):] + variants[:r % len(variants)]

@@ -36,7 +36,7 @@ def test_short_requests_are_replaced_in_the_same_order_for_every_variant(tmp_pat
     spec.loader.exec_module(mod)
     pair = write_tiny_pair(str(tmp_path / "pair"), arch="gemma3", seed=0)
     out = mod.main(["--ngl", "0", "--threads", "2", "--slots", "1", "--capacity", "2", "--cache",
-                    "--request-tokens", "4", "--steps", "24", "--warmup", "2", "--repeats", "1",
+                    "--request-tokens", "4", "--steps", "24", "--warmup", "6", "--repeats", "1",
                     "--variants", "plain,paused", "--target", str(pair.target), "--drafter", str(pair.drafter)])
     level = out["levels"]["1"]
     assert out["request_tokens"] == 4
