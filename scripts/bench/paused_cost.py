@@ -147,12 +147,12 @@ def main(argv=None) -> dict:
         raise SystemExit(f"paused_cost: unknown variant(s) {sorted(unknown)}; known: {', '.join(VARIANTS)}")
     out = {"target": target, "drafter": drafter, "ngl": a.ngl, "steps": a.steps, "repeats": a.repeats,
            "capacity": a.capacity, "cache": a.cache, "request_tokens": a.request_tokens, "levels": {}}
+    prompts = fresh_prompts() if a.request_tokens else None  # read and checked once, shared by every engine
     for slots in [int(x) for x in a.slots.split(",")]:
         # one token a step (adaptive, drafting, more: its requests are replaced as they finish)
         n_ctx = 256 + a.warmup + a.repeats * a.steps
         llms = {v: load(v, target, drafter, max(slots, a.capacity), n_ctx, a.ngl, a.threads) for v in variants}
-        reqs = {v: Requests(a.request_tokens or n_ctx - 200, a.cache,
-                            fresh_prompts() if a.request_tokens else None) for v in variants}
+        reqs = {v: Requests(a.request_tokens or n_ctx - 200, a.cache, prompts) for v in variants}
         for v, llm in llms.items():
             fill(llm, slots, reqs[v])
             measure(llm, a.warmup, reqs[v])  # warm-up, its requests replaced as they end too

@@ -3,19 +3,26 @@
 import importlib.util
 import pathlib
 
+import pytest
+
 from pydflash.factory import write_tiny_pair
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("paused_cost", REPO / "scripts" / "bench" / "paused_cost.py")
+paused_cost = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(paused_cost)
 
 
-def test_paused_variants_never_draft_and_are_paired_with_plain(tmp_path):
-    spec = importlib.util.spec_from_file_location("paused_cost", REPO / "scripts" / "bench" / "paused_cost.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    pair = write_tiny_pair(str(tmp_path / "pair"), arch="gemma3", seed=0)
-    out = mod.main(["--ngl", "0", "--threads", "2", "--slots", "1", "--capacity", "2", "--cache", "--steps", "20",
-                    "--warmup", "5", "--repeats", "2", "--variants", "plain,paused,paused-notaps",
-                    "--target", str(pair.target), "--drafter", str(pair.drafter), "--out", str(tmp_path / "p.json")])
+@pytest.fixture(scope="module")
+def pair_args(tmp_path_factory):
+    pair = write_tiny_pair(str(tmp_path_factory.mktemp("pair")), arch="gemma3", seed=0)
+    return ["--ngl", "0", "--threads", "2", "--slots", "1", "--capacity", "2", "--cache",
+            "--target", str(pair.target), "--drafter", str(pair.drafter)]
+
+
+def test_paused_variants_never_draft_and_are_paired_with_plain(pair_args, tmp_path):
+    out = paused_cost.main(pair_args + ["--steps", "20", "--warmup", "5", "--repeats", "2",
+                                        "--variants", "plain,paused,paused-notaps", "--out", str(tmp_path / "p.json")])
     level = out["levels"]["1"]
     assert out["capacity"] == 2 and out["cache"] is True and (tmp_path / "p.json").exists()
     for v in ("plain", "paused", "paused-notaps"):
@@ -28,16 +35,11 @@ def test_paused_variants_never_draft_and_are_paired_with_plain(tmp_path):
     assert level["paused"]["step_vs_plain"] > 0 and level["paused-notaps"]["step_vs_plain"] > 0
 
 
-def test_short_requests_are_replaced_in_the_same_order_for_every_variant(tmp_path):
+def test_short_requests_are_replaced_in_the_same_order_for_every_variant(pair_args):
     """--request-tokens: requests end every few steps and the next prompt of the frozen fresh set takes the slot,
     the same sequence in each variant (request boundaries are part of what is compared)."""
-    spec = importlib.util.spec_from_file_location("paused_cost", REPO / "scripts" / "bench" / "paused_cost.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    pair = write_tiny_pair(str(tmp_path / "pair"), arch="gemma3", seed=0)
-    out = mod.main(["--ngl", "0", "--threads", "2", "--slots", "1", "--capacity", "2", "--cache",
-                    "--request-tokens", "4", "--steps", "24", "--warmup", "6", "--repeats", "1",
-                    "--variants", "plain,paused", "--target", str(pair.target), "--drafter", str(pair.drafter)])
+    out = paused_cost.main(pair_args + ["--request-tokens", "4", "--steps", "24", "--warmup", "6", "--repeats", "1",
+                                        "--variants", "plain,paused"])
     level = out["levels"]["1"]
     assert out["request_tokens"] == 4
     replaced = [level[v]["rounds"][0]["replaced"] for v in ("plain", "paused")]
