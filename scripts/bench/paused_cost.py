@@ -7,6 +7,8 @@ does.
         [--capacity 16 --cache]    (as a server runs it: 16 engine slots whatever the load, the prompt cache on)
         [--request-tokens 256]     (requests of 256 tokens, each replaced when it ends, the prompts of the frozen
                                     fresh set in turn: a request boundary every 256 steps, as the HTTP benchmark's)
+        [--step-trace DIR]         (each variant's engine writes its step trace to DIR/<variant>.<slots>.<pid>;
+                                    scripts/bench/trace_summary.py reads it: which kind of step took the time)
 
 Variants, each its own engine over the same target file, all loaded at once and run in turn (round r of each
 before round r + 1 of any):
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import statistics
 import sys
@@ -47,10 +50,14 @@ PROMPT = ("The lighthouse keeper had kept a log for thirty years, and every entr
           "the weather, and the number of ships that passed. On the morning the fog came in,")
 
 
-def load(variant: str, target: str, drafter: str, slots: int, n_ctx: int, ngl: int, threads: int):
-    """slots: the engine's (a server's -np); fewer requests may run in it (``fill``)."""
+def load(variant: str, target: str, drafter: str, slots: int, n_ctx: int, ngl: int, threads: int, trace: str = ""):
+    """slots: the engine's (a server's -np); fewer requests may run in it (``fill``). trace: this engine's step
+    trace (pydflash/engine/trace.py reads the path when the engine is made), '' for none."""
     from pydflash.native import context as native_context
 
+    saved = os.environ.pop("PYDFLASH_STEP_TRACE", None)  # one file per engine, or none: never two engines in one
+    if trace:
+        os.environ["PYDFLASH_STEP_TRACE"] = trace
     spec = variant != "plain"
     cfg = EngineConfig(n_slots=slots, n_ctx_slot=n_ctx, n_gpu_layers=ngl, n_threads=threads, adaptive=spec,
                        check_invariants=False, **({} if spec else {"draft_max": 0}))
@@ -61,6 +68,9 @@ def load(variant: str, target: str, drafter: str, slots: int, n_ctx: int, ngl: i
         llm = api.load(target, drafter if spec else None, config=cfg)
     finally:
         native_context.llama_set_embeddings_layer_inp = real
+        os.environ.pop("PYDFLASH_STEP_TRACE", None)
+        if saved is not None:
+            os.environ["PYDFLASH_STEP_TRACE"] = saved
     eng = llm.engine
     if variant.startswith("paused"):
         eng.drafting.paused_step = lambda n: True  # a pause that never ends: no drafts, no features
@@ -138,6 +148,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--target", default="")
     ap.add_argument("--drafter", default="")
     ap.add_argument("--out", default="")
+    ap.add_argument("--step-trace", default="", help="a folder: each engine's step trace (one JSON line a step)")
     a = ap.parse_args(argv)
     from pydflash.defaults import SHIPPED_DRAFTER, gemma_target
     target, drafter = a.target or str(gemma_target()), a.drafter or str(SHIPPED_DRAFTER)
@@ -151,7 +162,10 @@ def main(argv=None) -> dict:
     for slots in [int(x) for x in a.slots.split(",")]:
         # one token a step (adaptive, drafting, more: its requests are replaced as they finish)
         n_ctx = 256 + a.warmup + a.repeats * a.steps
-        llms = {v: load(v, target, drafter, max(slots, a.capacity), n_ctx, a.ngl, a.threads) for v in variants}
+        if a.step_trace:
+            pathlib.Path(a.step_trace).mkdir(parents=True, exist_ok=True)
+        llms = {v: load(v, target, drafter, max(slots, a.capacity), n_ctx, a.ngl, a.threads,
+                        f"{a.step_trace}/{v}.{slots}" if a.step_trace else "") for v in variants}
         reqs = {v: Requests(a.request_tokens or n_ctx - 200, a.cache, prompts) for v in variants}
         for v, llm in llms.items():
             fill(llm, slots, reqs[v])

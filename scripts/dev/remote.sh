@@ -196,7 +196,7 @@ fast_bench() {  # NAME WORKLOADS [scripts/bench/http_vs_native.py args...]: the 
         ldd $PRISTINE_SERVER | grep -m1 libllama || true  # its own libllama (build RPATH), not the patched one
         native=(--llama-server $PRISTINE_SERVER)
     fi
-    local left=$((575 - SECONDS))
+    local left=$((${CALL_S:-600} - 25 - SECONDS))  # CALL_S: the call's own limit where less than 600 s is left
     echo "$1: ${left} s left for the benchmark"
     [ $left -ge 120 ] || { echo "$1: the builds took the call: run $1 again"; exit 1; }
     # SIGTERM at the bound (the run then writes what it measured, marked partial), SIGKILL 20 s later
@@ -463,10 +463,16 @@ paused)  # scripts/bench/paused_cost.py: a paused step against a plain one, 1 an
     use_build
     # a pristine build still running would share the CPU with the host-bound steps: wait for it, whatever its result
     for _ in $(seq 1 110); do [ -f $W/pristine.rc ] && break; sleep 5; done
-    left=$((580 - SECONDS))
+    left=$((${CALL_S:-600} - 20 - SECONDS))
     [ $left -ge 150 ] || { echo "paused: the builds took the call ($left s left): run paused again"; exit 1; }
-    timeout -k 10 $left python3 scripts/bench/paused_cost.py --ngl -1 --slots 1,16 --steps 1500 --repeats 3 \
-        --out $OUT/paused_cost.json "${@:2}" ;;
+    # each engine's step trace (which kind of step took the time), summarised here: the traces stay on the machine
+    rm -rf $W/trace_paused
+    timeout -k 10 $((left - 15)) python3 scripts/bench/paused_cost.py --ngl -1 --slots 1,16 --steps 1500 --repeats 3 \
+        --out $OUT/paused_cost.json --step-trace $W/trace_paused "${@:2}" || echo "paused: exit $?"
+    for f in $W/trace_paused/*; do
+        python3 scripts/bench/trace_summary.py $f --out $OUT/trace_$(basename $f | cut -d. -f1,2).json > /dev/null \
+            || echo "trace_summary: $f failed"
+    done ;;
 adapt)
     use_build
     for c in 1 8 16; do

@@ -1,6 +1,8 @@
 """scripts/bench/paused_cost.py: a paused step of the speculative engine against a plain one, in one process."""
 
 import importlib.util
+import json
+import os
 import pathlib
 
 import pytest
@@ -35,12 +37,19 @@ def test_paused_variants_never_draft_and_are_paired_with_plain(pair_args, tmp_pa
     assert level["paused"]["step_vs_plain"] > 0 and level["paused-notaps"]["step_vs_plain"] > 0
 
 
-def test_short_requests_are_replaced_in_the_same_order_for_every_variant(pair_args):
+def test_short_requests_are_replaced_in_the_same_order_for_every_variant(pair_args, tmp_path):
     """--request-tokens: requests end every few steps and the next prompt of the frozen fresh set takes the slot,
-    the same sequence in each variant (request boundaries are part of what is compared)."""
+    the same sequence in each variant (request boundaries are part of what is compared). --step-trace: each
+    variant's engine its own trace, prefill steps included (two engines in one file could not be told apart)."""
     out = paused_cost.main(pair_args + ["--request-tokens", "4", "--steps", "24", "--warmup", "6", "--repeats", "1",
-                                        "--variants", "plain,paused"])
+                                        "--variants", "plain,paused", "--step-trace", str(tmp_path / "tr")])
     level = out["levels"]["1"]
     assert out["request_tokens"] == 4
     replaced = [level[v]["rounds"][0]["replaced"] for v in ("plain", "paused")]
     assert replaced[0] >= 3 and replaced[0] == replaced[1], replaced
+    traces = {f.name.split(".")[0]: f.read_text().splitlines() for f in (tmp_path / "tr").iterdir()}
+    assert sorted(traces) == ["paused", "plain"]
+    for lines in traces.values():
+        rows = [json.loads(x) for x in lines]
+        assert len(rows) >= 24 + 6 and any(r["prefilling"] for r in rows)
+    assert "PYDFLASH_STEP_TRACE" not in os.environ  # the process's own setting is left as it was
