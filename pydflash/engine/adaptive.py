@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import random
 from dataclasses import dataclass, field
 
 from .costs import ROBUST_FIRST, WARMUP, StepCosts
@@ -95,6 +96,17 @@ BLANK_EVIDENCE = 3.0  # (decayed) first drafts seen before that rate is trusted
 # trace of py-random). A quarter of that here; a drafter that turns useful is found by the next probe, ~2 s later at
 # 1 client, instead of ~0.6 s.
 USELESS_PAUSE = 2048
+# A request alone in an idle engine ends the pause (``DraftPolicy.alone``) for a drafter that is not useless. Each
+# such reset costs a probe and its lead-in: on an H100 (2026-12-05, scripts/bench/paused_cost.py --request-tokens 256
+# with step traces) a probe at 1 slot took 7.0 ms median against a plain step's 1.33 (a 16-token verify without a
+# CUDA graph, the drafter's catch-up over the prompt), and the shipped drafter on the frozen fresh prompts, whose
+# resets almost never found drafting to pay, ran at 1.043x a plain step's time in-process and at 0.92x of plain's
+# tokens per second through HTTP. So resets whose probe finds no drafting worth it come at ever fewer arrivals:
+# after f failed in a row, an arrival resets with probability 2^-f, f at most RESET_BACKOFF_MAX (1 in 16: ~0.2 % of a
+# 256-token request); any decision that drafts (not an exploration) puts f back to 0, so a drafter that pays on some
+# texts probes every request again once one pays. Drawn, not every 2^f-th arrival: texts that alternate between
+# ones the drafter suits and ones it does not would lock a fixed period onto the wrong ones.
+RESET_BACKOFF_MAX = 4
 PROBE_K = 4  # the least a probe drafts (where draft_max allows): enough positions to see whether a block pays
 # After a probe, drafting whose estimated rate falls short of the bar (plain decoding + MARGIN) by less than NEAR /
 # sqrt(n) at n slots is tried for one decision (``_explore``). A pause is decided when the noisy acceptance estimate
@@ -210,6 +222,9 @@ class DraftPolicy:
     _n: int | None = None  # the slot count ``backoff`` is for (``_at``); the others' stand in _backoffs
     _backoffs: dict = field(default_factory=dict)
     _may_explore: bool = True  # the next decision may explore (``_explore``): the first one, and each after a probe
+    resets_failed: int = 0  # ``alone`` resets in a row whose probe found no drafting worth it (RESET_BACKOFF_MAX)
+    _draws: random.Random = field(default_factory=lambda: random.Random(0))  # which arrivals reset (seeded)
+    _reset_pending: bool = False  # the pending probe is a reset's: the decision after it judges the reset
 
     def plan(self, slots: list[tuple[SlotPolicy, int]]) -> Plan:
         """K for each (slot policy, draft_max) of the running slots, chosen together."""
@@ -243,6 +258,7 @@ class DraftPolicy:
         self._last = None
         after_probe = self._probe_hits is not None
         blank_probe, self._probe_hits = self._probe_hits == 0, None
+        judged, self._reset_pending = after_probe and self._reset_pending, self._reset_pending and not after_probe
         if self.pause == 1:  # the probe: the probing slots draft at their best drafting K
             self.pause, self._probe_hits, self._probe_step, self._may_explore = 0, 0, True, True
             self._forget_overhead(n)
@@ -257,6 +273,8 @@ class DraftPolicy:
         if explore:
             ks = self._explore(n, curves, maxes, plain, probe, after_probe) or ks
             explore = any(ks)
+        if judged and (explore or not any(ks)):  # the reset's probe found nothing worth drafting for
+            self.resets_failed = min(self.resets_failed + 1, RESET_BACKOFF_MAX)
         if not any(ks):
             if log.isEnabledFor(logging.INFO):  # once per pause: why (what the GPU's cost curves said)
                 log.info("%s", self._why_pause(n, curves, probe(), plain))
@@ -267,6 +285,7 @@ class DraftPolicy:
             return self._paused(slots, zeros)
         if not explore:  # drafting pays (an exploration only measures: the pauses keep growing)
             self.backoff = MIN_BACKOFF
+            self.resets_failed = 0
         probes = None
         for i, (pol, m) in enumerate(slots):
             if ks[i]:
@@ -466,11 +485,17 @@ class DraftPolicy:
         was the cost of drafting for n slots, which new texts do not change. At 8 clients through HTTP on the H200
         each round began in an idle engine, and its eight prompts went through with features and a probe of all
         eight followed, for a drafter that paused through 99 % of its 8-slot steps: its prefill steps took 0.67 s
-        against plain decoding's 0.33 (docs/benchmarks.md)."""
+        against plain decoding's 0.33 (docs/benchmarks.md).
+
+        A reset whose probe finds no drafting worth it halves the chance that the next arrival resets
+        (RESET_BACKOFF_MAX): on traffic the drafter does not suit, a probe per request was most of what it cost
+        against plain decoding at 1 client."""
         if n > 1 and self._backoff_at(n) >= LONG_PAUSE:
             return
         if self.pause > 2 and self._first_draft_rate() >= BLANK_FIRST_RATE:
-            self.pause = 2
+            if self.resets_failed and self._draws.random() >= 2.0 ** -self.resets_failed:
+                return  # resets have kept failing: not at this arrival
+            self.pause, self._reset_pending = 2, True
 
     # --- the joint choice ---------------------------------------------------------------------------------------
     def _choose(self, n: int, curves: list[list[float]], maxes: list[int], plain: float):
