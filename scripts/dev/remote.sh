@@ -27,7 +27,7 @@
 #                     -j16 (the two builds at -j8 each will take longer; not yet measured), and an http call that
 #                     waits for it loses that from its 600 s (2026-12-02: cut after 8 clients)
 #   remote.sh fast1, fast2  scripts/bench/http_vs_native.py --defaults (what a user gets: both servers with their default
-#                     flags, the fresh prompt set, interleaved rounds, 3 of them): fast1 the non-streamed recurring
+#                     flags, the fresh prompt set, interleaved rounds, 5 in fast1, 3 in fast2): fast1 the non-streamed recurring
 #                     workload at 1, 4, 8, 16 clients and the chat workload at 1, 4, 8; fast2 the streamed recurring
 #                     workload, the no-reuse workload and cache_prompt:false requests (secondary). Each fits one call
 #                     (estimated from docs/results/2026-12-03-h200-d: ~360 s and ~440 s of benchmark); both need the builds
@@ -37,9 +37,10 @@
 #                     1, 8 and 16 slots, with the per-step split (draft / verify / commit / host: the host profile)
 #   remote.sh paused  scripts/bench/paused_cost.py: a paused step of the speculative engine against a plain step (no
 #                     drafter), with and without the drafter's feature taps in the target graph, 1 and 16 slots; waits
-#                     for both builds so that the host-bound steps run on a quiet machine (~150 s). Next: as served,
-#                     with a request boundary every 256 steps (the 1-client HTTP gap): `paused --slots 1 --capacity 16
-#                     --cache --request-tokens 256 --variants plain,paused,adaptive`
+#                     for both builds so that the host-bound steps run on a quiet machine (~150 s). As served, with a
+#                     request boundary every 256 steps (~30 s; docs/results/2026-12-05-h200-b): `paused --slots 1
+#                     --capacity 16 --cache --request-tokens 256 --variants plain,paused,adaptive`; each variant's
+#                     step trace comes back summarised (trace_<variant>.<slots>.json)
 #   remote.sh profile scripts/bench/profile_host.py: the host part of a step by phase (16 slots L=8 and plain, 1 slot L=8)
 #   remote.sh cache   scripts/bench/cache.py: a 6-turn chat with a ~1,000-token system prompt, cache on / off
 #   remote.sh sampling  scripts/bench/sampling.py: rejection against sample-and-match at T 0.7 / 1.0,
@@ -456,7 +457,9 @@ http)  # remote.sh http [scripts/bench/http_vs_native.py args...]: JSON only (re
     # at most 8 files come back: the server logs and step traces travel as one archive
     tar czf $OUT/logs_trace.tgz -C $OUT logs $( [ -d $OUT/trace ] && echo trace ) && rm -rf $OUT/logs $OUT/trace ;;
 fast1)  # remote.sh fast1 [scripts/bench/http_vs_native.py args...]
-    fast_bench fast1 recur,chat --clients 1,4,8,16 --chat-clients 1,4,8 "${@:2}" ;;
+    # 5 rounds: at 4-16 clients a round lasts 1-2.5 s and paired rounds spread +-5-10 % (2026-12-05, 3 rounds of
+    # three pydflash servers took 142 s of benchmark)
+    fast_bench fast1 recur,chat --clients 1,4,8,16 --chat-clients 1,4,8 --rounds 5 "${@:2}" ;;
 fast2)  # remote.sh fast2 [scripts/bench/http_vs_native.py args...]
     fast_bench fast2 recur-stream,noreuse,recur-cp0 --clients 1,4,8,16 "${@:2}" ;;
 paused)  # scripts/bench/paused_cost.py: a paused step against a plain one, 1 and 16 slots, on a quiet machine (both builds done)
