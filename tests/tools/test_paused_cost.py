@@ -41,6 +41,7 @@ def test_short_requests_are_replaced_in_the_same_order_for_every_variant(pair_ar
     """--request-tokens: requests end every few steps and the next prompt of the frozen fresh set takes the slot,
     the same sequence in each variant (request boundaries are part of what is compared). --step-trace: each
     variant's engine its own trace, prefill steps included (two engines in one file could not be told apart)."""
+    before = os.environ.get("PYDFLASH_STEP_TRACE")
     out = paused_cost.main(pair_args + ["--request-tokens", "4", "--steps", "24", "--warmup", "6", "--repeats", "1",
                                         "--variants", "plain,paused", "--step-trace", str(tmp_path / "tr")])
     level = out["levels"]["1"]
@@ -52,4 +53,4 @@ def test_short_requests_are_replaced_in_the_same_order_for_every_variant(pair_ar
     for lines in traces.values():
         rows = [json.loads(x) for x in lines]
         assert len(rows) >= 24 + 6 and any(r["prefilling"] for r in rows)
-    assert "PYDFLASH_STEP_TRACE" not in os.environ  # the process's own setting is left as it was
+    assert os.environ.get("PYDFLASH_STEP_TRACE") == before  # the process's own setting is left as it was
