@@ -127,7 +127,10 @@
 # came (H200) staged everything in 6 calls within 30 s of lease and `paused` waited ~4 min for the -j16 libllama
 # build: a session can count on ~500 s of benchmark after ~20 minutes of failed starts.
 # Order: part 0, part 0b, part 1b, start (carrying g1 and head.tgz), part 2 .. part N (part c0, part c1 before gen), then the
-# steps above. Every step that needs the build fails at once if `start` never ran (a carry over the limit refuses the
+# steps above. With prebuilt packs (`packbuild patched` / `packbuild pristine` once the builds are done on some
+# machine, each a call of its own; `scripts/dev/store_build.sh FILES_AT` here files the reply as .device-bench/gbp0..
+# and gbq0..): `part bp0` (carrying .device-bench/gbp0), `part bp1`.., `part bq0`.. BEFORE `start`, each a call of its
+# own (a pack part is 15 MiB, three to a folder); `start` then unpacks instead of building where the key matches. Every step that needs the build fails at once if `start` never ran (a carry over the limit refuses the
 # call without running it).
 # Results go to $OUT; each of costs/bench/long/eval fits one 10-minute call.
 # Begin every batch of calls with a throwaway one (`nvidia-smi -L`): when a batch's first call gets no machine ("no
@@ -261,6 +264,39 @@ export_drafter() {
     tar czf $OUT/train_meta.tgz -C $W/drafter config.json train.json train.log
 }
 
+# The two builds' configure flags (the key of a prebuilt pack below includes them). Pristine: the flags a user would
+# give (tests, examples and the web UI's download off: their sources are not carried, and the machine reaches no
+# network; none changes inference).
+PATCHED_CMAKE="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_RPC=ON"
+PRISTINE_CMAKE="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF"
+PATCHED_TARGETS="${PATCHED_TARGETS:-llama llama-server}"
+
+# Prebuilt packs. The two CUDA builds take 4-10 minutes of every machine's 30 (2026-12-05: the patched libllama at
+# -j8 beside the pristine llama-server at -j10 ran past 570 s; alone at -j16, 210 s). `packbuild patched|pristine`
+# sends a finished build back in parts; scripts/dev/store_build.sh files them under .device-bench/gb<which>N; `part
+# bp0`.. / `part bq0`.. stage them and `start` unpacks them instead of building when their key is this machine's:
+# the carried source (src.sha256, patches applied), the flags and targets above and the CUDA compiler. Anything else
+# (no pack, another key, a library that does not resolve) builds as before.
+build_key() {  # patched|pristine: what that build depends on, as 16 hex digits
+    local nvcc; nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+    { cat $W/src.sha256; [ "$1" = pristine ] && { cat $W/pristine.sha256; echo "$PRISTINE_CMAKE"; } \
+        || echo "$PATCHED_CMAKE|$PATCHED_TARGETS"; { $nvcc --version 2>/dev/null || true; } | tail -2; } \
+        | sha256sum | cut -c1-16
+}
+
+prebuilt() {  # patched|pristine: unpack $W/build-<which>.txz.NN into $W when its key is this machine's (status 0)
+    local which=$1 key lib
+    ls $W/build-$which.txz.?? > /dev/null 2>&1 || return 1
+    key=$(build_key $which)
+    [ "$(cat $W/build-$which.key 2>/dev/null)" = "$key" ] \
+        || { echo "prebuilt $which: packed for key $(cat $W/build-$which.key 2>/dev/null), this machine's is $key: building"; return 1; }
+    cat $W/build-$which.txz.?? > $W/build-$which.txz && sha256sum $W/build-$which.txz | cut -c1-64 \
+        | diff -q - $W/build-$which.sha256 > /dev/null || { echo "prebuilt $which: the joined pack is not the sent one"; return 1; }
+    xz -dc $W/build-$which.txz | tar xf - -C $W || return 1
+    [ $which = pristine ] && lib=$W/pristine/build/bin/llama-server || lib=$W/llama.cpp/build/bin/libllama.so
+    if [ ! -e $lib ] || ldd $lib | grep -q "not found"; then echo "prebuilt $which: $lib does not resolve: building"; return 1; fi
+}
+
 BENCH="python3 scripts/bench/engine.py --ngl -1 --threads 8"
 ADAPTIVE="adaptive, random drafter;adaptive, random drafter, 32k head;trained drafter, adaptive"
 case "$1" in
@@ -277,12 +313,15 @@ start)
         --upgrade --target $W/site whl/*.whl || echo "start: pip install failed or timed out ($?)"
     echo "start: wheels installed at ${SECONDS} s"
 
-    # the pristine tree for llama-server alone, with the flags a user would give (tests, examples and the web UI's
-    # download off: their sources are not carried, and the machine reaches no network; none changes inference);
-    # copied before the patched build starts writing build/ there
-    rm -f $W/pristine.rc
+    # the pristine tree for llama-server alone (PRISTINE_CMAKE), copied before the patched build starts writing
+    # build/ there; either build comes from a prebuilt pack where one was staged for this machine's key
+    rm -f $W/pristine.rc $W/build.rc
+    build_key patched > $W/build-patched.key.here; build_key pristine > $W/build-pristine.key.here
     if [ "${NO_PRISTINE:-0}" = 1 ]; then  # no native baseline this session: the patched build gets every core
         echo "no pristine build (NO_PRISTINE=1)" > $W/pristine_check.log; echo 1 > $W/pristine.rc
+    elif prebuilt pristine; then
+        echo "prebuilt (key $(cat $W/build-pristine.key))" > $W/pristine_check.log; echo 0 > $W/pristine.rc
+        echo "start: prebuilt pristine llama-server unpacked at ${SECONDS} s"
     else
         pristine_tree > $W/pristine_check.log 2>&1 \
             || { echo "the pristine tree is not the sdist's: $(tail -3 $W/pristine_check.log)"; echo 1 > $W/pristine.rc; }
@@ -291,22 +330,41 @@ start)
     # our patches are already applied in the carried vendor tree. The CUDA-only ones (0006, 0007) are compiled first
     # here: should the build fail, they are reverted and the build retried, so that a session's runs still have a
     # library (build.log says so, `cuda` prints why, and the GPU tests of test_native_patches.py fail)
-    setsid nohup bash -c "cd $W/llama.cpp && cmake -S . -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-        -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_RPC=ON \
-        > $W/configure.log 2>&1 && { cmake --build build -j${PATCHED_JOBS:-8} --target ${PATCHED_TARGETS:-llama llama-server} > $W/build.log 2>&1 \
-        || { tail -30 $W/build.log > $W/build_failed.log; for p in \$(ls -r $REPO/patches/000[67]-*.patch); do patch -R -p1 --quiet < \$p; done \
-             && echo 'pydflash: the build failed; the CUDA-only patches (0006, 0007) reverted, built again' >> $W/build.log \
-             && cmake --build build -j${PATCHED_JOBS:-8} --target ${PATCHED_TARGETS:-llama llama-server} >> $W/build.log 2>&1; }; }; echo \$? > $W/build.rc" \
-        > /dev/null 2>&1 &
+    if prebuilt patched; then
+        echo "prebuilt (key $(cat $W/build-patched.key))" | tee $W/configure.log > $W/build.log; echo 0 > $W/build.rc
+        echo "start: prebuilt patched libraries unpacked at ${SECONDS} s"
+    else
+        setsid nohup bash -c "cd $W/llama.cpp && cmake -S . -B build $PATCHED_CMAKE \
+            > $W/configure.log 2>&1 && { cmake --build build -j${PATCHED_JOBS:-8} --target $PATCHED_TARGETS > $W/build.log 2>&1 \
+            || { tail -30 $W/build.log > $W/build_failed.log; for p in \$(ls -r $REPO/patches/000[67]-*.patch); do patch -R -p1 --quiet < \$p; done \
+                 && echo 'pydflash: the build failed; the CUDA-only patches (0006, 0007) reverted, built again' >> $W/build.log \
+                 && cmake --build build -j${PATCHED_JOBS:-8} --target $PATCHED_TARGETS >> $W/build.log 2>&1; }; }; echo \$? > $W/build.rc" \
+            > /dev/null 2>&1 &
+    fi
     # -j8 each (the patched build above too): the two builds share the 16 cores
-    [ -f $W/pristine.rc ] || setsid nohup bash -c "cd $W/pristine && cmake -S . -B build -DGGML_CUDA=ON \
-        -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF > $W/pristine_configure.log 2>&1 \
+    [ -f $W/pristine.rc ] || setsid nohup bash -c "cd $W/pristine && cmake -S . -B build $PRISTINE_CMAKE \
+        > $W/pristine_configure.log 2>&1 \
         && cmake --build build -j${PRISTINE_JOBS:-8} --target llama-server > $W/pristine_build.log 2>&1; echo \$? > $W/pristine.rc" \
         > /dev/null 2>&1 &
     echo started build; nvidia-smi --query-gpu=name,memory.total --format=csv
     PYTHONPATH=$W/site timeout 60 python3 -c 'import fastapi, starlette, pydantic, uvicorn, sse_starlette, prometheus_client
 import jinja2, httpx, gguf, numpy, lzma; print("imports ok", fastapi.__version__, pydantic.__version__)' 2>&1 || true ;;
+packbuild)  # remote.sh packbuild patched|pristine: that finished build back as build-<which>.txz.NN (15 MiB parts, at most
+    # 4: 64 MiB come back a call) with its key and sha256, for scripts/dev/store_build.sh; not when it failed or was
+    # itself unpacked from a pack whose key differs
+    which=${2:?patched or pristine}
+    if [ $which = pristine ]; then use_pristine; dir=pristine/build/bin; else use_build; dir=llama.cpp/build/bin; fi
+    [ -f $W/build-$which.key.here ] || { echo "packbuild: no key recorded by start on this machine"; exit 1; }
+    if [ $which = patched ] && grep -q "CUDA-only patches (0006, 0007) reverted" $W/build.log; then
+        echo "packbuild: this build lacks patches 0006 / 0007 (build_failed.log): not sent"; exit 1
+    fi
+    # the libraries and programs only (build/bin holds nothing else)
+    tar cf - -C $W $dir | xz -T0 -6 > $W/build-$which.txz
+    size=$(stat -c %s $W/build-$which.txz); echo "packbuild $which: $size bytes"
+    [ $size -le $((4 * 15 * 1024 * 1024)) ] || { echo "packbuild: over 4 parts of 15 MiB: not sent"; exit 1; }
+    split -b 15M -d -a 2 $W/build-$which.txz $OUT/build-$which.txz.
+    sha256sum $W/build-$which.txz | cut -c1-64 > $OUT/build-$which.sha256
+    cp $W/build-$which.key.here $OUT/build-$which.key; ls -la $OUT ;;
 part)
     cp -r .device-bench/g$2/* $W/ && ls $W | grep 'part\|src.tgz' | tr '\n' ' '; tail -c 200 $W/build.log 2>/dev/null || true; echo ;;
 costs)
