@@ -26,7 +26,8 @@ final comparison: drafting must beat R_plain by MARGIN, or nobody drafts this st
   while that evidence stands. One shared pause means one probe step per pause at any concurrency: per-slot probes
   at 16 slots put a probe in one step of every 16. Pause lengths are kept per number of running slots (``_at``).
 - A request that arrives in an idle engine ends the pause (``alone``), unless the drafter looks useless: it is a new
-  text, and the pause was decided on the last one.
+  text, and the pause was decided on the last one. Such resets become rarer while their probes keep finding nothing
+  worth drafting (RESET_BACKOFF_MAX), and come at every arrival again once drafting pays.
 - A slot left out while others draft gathers no evidence; after ``patience`` such decisions (doubling) it probes
   at its best drafting K, which costs little in a step that drafts anyway.
 - A drafting decision is kept for REPLAN_EVERY steps while the same slots run: acceptance evidence moves slowly,
