@@ -130,8 +130,9 @@
 # steps above. With prebuilt packs (`packbuild patched` / `packbuild pristine` once the builds are done on some
 # machine, each a call of its own; `scripts/dev/store_build.sh FILES_AT` here files the reply as .device-bench/gbp0..
 # and gbq0..): `part bp0` (carrying .device-bench/gbp0), `part bp1`.., `part bq0`.. BEFORE `start`, each a call of its
-# own (a pack part is 15 MiB, three to a folder); `start` then unpacks instead of building where the key matches. Every step that needs the build fails at once if `start` never ran (a carry over the limit refuses the
-# call without running it).
+# own (a pack part is 15 MiB, three to a folder); `start` then unpacks instead of building where the key matches.
+# Every step that needs the build fails at once if `start` never ran (a carry over the limit refuses the call without
+# running it).
 # Results go to $OUT; each of costs/bench/long/eval fits one 10-minute call.
 # Begin every batch of calls with a throwaway one (`nvidia-smi -L`): when a batch's first call gets no machine ("no
 # device machine could be started"), the next call starts a fresh one without what the first staged, and every
@@ -350,8 +351,8 @@ start)
     PYTHONPATH=$W/site timeout 60 python3 -c 'import fastapi, starlette, pydantic, uvicorn, sse_starlette, prometheus_client
 import jinja2, httpx, gguf, numpy, lzma; print("imports ok", fastapi.__version__, pydantic.__version__)' 2>&1 || true ;;
 packbuild)  # remote.sh packbuild patched|pristine: that finished build back as build-<which>.txz.NN (15 MiB parts, at most
-    # 4: 64 MiB come back a call) with its key and sha256, for scripts/dev/store_build.sh; not when it failed or was
-    # itself unpacked from a pack whose key differs
+    # 4: 64 MiB come back a call) with its key and sha256, for scripts/dev/store_build.sh; not when it failed or
+    # was built without patches 0006 / 0007
     which=${2:?patched or pristine}
     if [ $which = pristine ]; then use_pristine; dir=pristine/build/bin; else use_build; dir=llama.cpp/build/bin; fi
     [ -f $W/build-$which.key.here ] || { echo "packbuild: no key recorded by start on this machine"; exit 1; }
