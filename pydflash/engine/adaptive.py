@@ -259,7 +259,9 @@ class DraftPolicy:
         self._last = None
         after_probe = self._probe_hits is not None
         blank_probe, self._probe_hits = self._probe_hits == 0, None
-        judged, self._reset_pending = after_probe and self._reset_pending, self._reset_pending and not after_probe
+        judged = after_probe and self._reset_pending  # this decision follows a reset's probe
+        if after_probe:
+            self._reset_pending = False
         if self.pause == 1:  # the probe: the probing slots draft at their best drafting K
             self.pause, self._probe_hits, self._probe_step, self._may_explore = 0, 0, True, True
             self._forget_overhead(n)

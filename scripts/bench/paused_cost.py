@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import statistics
 import sys
@@ -44,6 +43,7 @@ import pydflash  # noqa: F401  (loads libllama before numpy)
 from pydflash import api
 from pydflash.config import EngineConfig
 from pydflash.engine.request import Request
+from pydflash.engine.trace import StepTrace
 
 VARIANTS = ("plain", "paused", "paused-notaps", "adaptive")
 PROMPT = ("The lighthouse keeper had kept a log for thirty years, and every entry began the same way: the date, "
@@ -51,13 +51,10 @@ PROMPT = ("The lighthouse keeper had kept a log for thirty years, and every entr
 
 
 def load(variant: str, target: str, drafter: str, slots: int, n_ctx: int, ngl: int, threads: int, trace: str = ""):
-    """slots: the engine's (a server's -np); fewer requests may run in it (``fill``). trace: this engine's step
-    trace (pydflash/engine/trace.py reads the path when the engine is made), '' for none."""
+    """slots: the engine's (a server's -np); fewer requests may run in it (``fill``). trace: the path of this
+    engine's own step trace (pydflash/engine/trace.py), '' for none."""
     from pydflash.native import context as native_context
 
-    saved = os.environ.pop("PYDFLASH_STEP_TRACE", None)  # one file per engine, or none: never two engines in one
-    if trace:
-        os.environ["PYDFLASH_STEP_TRACE"] = trace
     spec = variant != "plain"
     cfg = EngineConfig(n_slots=slots, n_ctx_slot=n_ctx, n_gpu_layers=ngl, n_threads=threads, adaptive=spec,
                        check_invariants=False, **({} if spec else {"draft_max": 0}))
@@ -68,10 +65,10 @@ def load(variant: str, target: str, drafter: str, slots: int, n_ctx: int, ngl: i
         llm = api.load(target, drafter if spec else None, config=cfg)
     finally:
         native_context.llama_set_embeddings_layer_inp = real
-        os.environ.pop("PYDFLASH_STEP_TRACE", None)
-        if saved is not None:
-            os.environ["PYDFLASH_STEP_TRACE"] = saved
     eng = llm.engine
+    if eng.trace is not None:  # PYDFLASH_STEP_TRACE would have every engine here append to one file
+        eng.trace.close()
+    eng.trace = StepTrace(trace) if trace else None
     if variant.startswith("paused"):
         eng.drafting.paused_step = lambda n: True  # a pause that never ends: no drafts, no features
         eng.drafting.samples_costs = lambda: False
@@ -159,11 +156,11 @@ def main(argv=None) -> dict:
     out = {"target": target, "drafter": drafter, "ngl": a.ngl, "steps": a.steps, "repeats": a.repeats,
            "capacity": a.capacity, "cache": a.cache, "request_tokens": a.request_tokens, "levels": {}}
     prompts = fresh_prompts() if a.request_tokens else None  # read and checked once, shared by every engine
+    if a.step_trace:
+        pathlib.Path(a.step_trace).mkdir(parents=True, exist_ok=True)
     for slots in [int(x) for x in a.slots.split(",")]:
         # one token a step (adaptive, drafting, more: its requests are replaced as they finish)
         n_ctx = 256 + a.warmup + a.repeats * a.steps
-        if a.step_trace:
-            pathlib.Path(a.step_trace).mkdir(parents=True, exist_ok=True)
         llms = {v: load(v, target, drafter, max(slots, a.capacity), n_ctx, a.ngl, a.threads,
                         f"{a.step_trace}/{v}.{slots}" if a.step_trace else "") for v in variants}
         reqs = {v: Requests(a.request_tokens or n_ctx - 200, a.cache, prompts) for v in variants}
