@@ -116,9 +116,10 @@
 #                     logs_scaleout_<part>.tgz; extra args go to scale_out.py and win (e.g. --rounds 1 --clients 16,32)
 # Build time (2026-12-05): both builds at -j8 each (patched llama + llama-server, pristine llama-server) were still
 # running 650 s after `start`; a fast1 called right after staging spent its whole call waiting. For the defaults
-# benchmark alone, PATCHED_TARGETS=llama (pydflash needs only libllama; the patched llama-server serves the native
-# DFlash rows) and PRISTINE_JOBS=12 on `start` leave the pristine llama-server most of the cores.
-# A session short of device time: NO_PRISTINE=1 PATCHED_JOBS=16 PATCHED_TARGETS=llama on `start` builds only the patched
+# benchmark alone, PRISTINE_JOBS=12 on `start` leaves the pristine llama-server most of the cores. The patched build
+# makes libllama alone (PATCHED_TARGETS' default, part of a prebuilt pack's key): pydflash needs nothing else, and
+# `http`, whose native DFlash rows run the patched llama-server, builds that target on the machine when it is missing.
+# A session short of device time: NO_PRISTINE=1 PATCHED_JOBS=16 on `start` builds only the patched
 # libllama on every core; then `paused` and NO_NATIVE=1 fast1/fast2 (the pydflash conditions: pass --only). `start`
 # prints when each stage ended: on 2026-12-05 a `start` piped into `tail` gave nothing back for 300 s (cause unknown;
 # pip now skips its version check, which waits on a network the machine lacks, and runs under a timeout).
@@ -270,7 +271,7 @@ export_drafter() {
 # network; none changes inference).
 PATCHED_CMAKE="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_RPC=ON"
 PRISTINE_CMAKE="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF"
-PATCHED_TARGETS="${PATCHED_TARGETS:-llama llama-server}"
+PATCHED_TARGETS="${PATCHED_TARGETS:-llama}"
 
 # Prebuilt packs. The two CUDA builds take 4-10 minutes of every machine's 30 (2026-12-05: the patched libllama at
 # -j8 beside the pristine llama-server at -j10 ran past 570 s; alone at -j16, 210 s). `packbuild patched|pristine`
@@ -511,6 +512,12 @@ spare)
 http)  # remote.sh http [scripts/bench/http_vs_native.py args...]: JSON only (rendered locally: the device has no matplotlib)
     use_build
     use_pristine
+    if [ ! -x $W/llama.cpp/build/bin/llama-server ]; then  # the native DFlash rows' server: not in PATCHED_TARGETS' default
+        # configured again first: a prebuilt pack brings build/bin alone
+        (cd $W/llama.cpp && cmake -S . -B build $PATCHED_CMAKE > $W/server_build.log 2>&1 \
+            && cmake --build build -j16 --target llama-server >> $W/server_build.log 2>&1) \
+            || { tail -20 $W/server_build.log; exit 1; }
+    fi
     python3 scripts/bench/http_vs_native.py --ngl -1 --threads 8 --llama-server $PRISTINE_SERVER \
         --llama-server-patched $W/llama.cpp/build/bin/llama-server --out-dir $OUT --no-render --log-dir $OUT/logs "${@:2}"
     # at most 8 files come back: the server logs and step traces travel as one archive
