@@ -31,11 +31,16 @@ class DeviceCache(PrefixLRU):
         self.n_ids = len(spare_ids)
         self.on_evict = on_evict  # sees an evicted entry while its cells are still there (the RAM tier copies it)
         self.kept = 0  # entries ever kept: each one a seq_cp, no copy (a counter for tests and /metrics)
+        self.kept_at: dict[int, int] = {}  # entry key -> the admission count when it was kept
+        self.hit_keys: set[int] = set()  # entries hit at least once
+        self.expired = 0  # entries that left unhit after their probation (see ``expire``)
 
-    def keep(self, src: int, snap: Snapshot, protect: Optional[Snapshot] = None) -> Optional[Snapshot]:
+    def keep(self, src: int, snap: Snapshot, protect: Optional[Snapshot] = None,
+             admissions: int = 0) -> Optional[Snapshot]:
         """Give the first ``snap.n`` positions of live sequence ``src`` a spare id of their own (both contexts),
         evicting the least recently used entries (never ``protect``, the entry about to be restored) for the id
-        and the cells. None if not kept (over the cap, or no id to free)."""
+        and the cells. None if not kept (over the cap, or no id to free). ``admissions``: the engine's count so
+        far, the start of the entry's probation."""
         if snap.n > self.cap or snap.n == 0:
             return None
         if not self.free:
@@ -53,7 +58,30 @@ class DeviceCache(PrefixLRU):
             ctx.seq_rm(entry.seq, 0)  # empty already; a failure half way must not leak old cells into this entry
             ctx.seq_cp(src, entry.seq, 0, snap.n)
         self.kept += 1
+        self.kept_at[next(reversed(self.entries))] = admissions
         return entry
+
+    def hit(self, key: int) -> None:
+        super().hit(key)
+        self.hit_keys.add(key)
+
+    def remove(self, key: int) -> Snapshot:
+        self.kept_at.pop(key, None)
+        self.hit_keys.discard(key)
+        return super().remove(key)
+
+    def expire(self, admissions: int, probation: int) -> None:
+        """Entries never hit within ``probation`` admissions of being kept leave: traffic that does not come back
+        to them only pays for their cells."""
+        for key in [k for k, at in self.kept_at.items() if k not in self.hit_keys and admissions - at > probation]:
+            self._drop(self.remove(key))
+            self.expired += 1
+
+    def shrink_to(self, cells: int) -> None:
+        """Least recently used out until the entries hold at most ``cells`` (those never hit leave by ``expire``:
+        here a new entry, not hit yet only because it is new, must not go before an old one)."""
+        while self.entries and self.used > cells:
+            self.evict_oldest()
 
     def restore(self, entry: Snapshot, dst: int) -> None:
         """Sequence ``dst`` (emptied first) shares all of the entry's cells, in both contexts."""
@@ -76,4 +104,5 @@ class DeviceCache(PrefixLRU):
 
     def metrics(self) -> dict:
         return {"entries": len(self.entries), "cells": self.used, "cap_cells": self.cap, "ids": self.n_ids,
-                "kept": self.kept, "hits": self.hits, "misses": self.misses, "evictions": self.evictions}
+                "kept": self.kept, "hits": self.hits, "misses": self.misses, "evictions": self.evictions,
+                "expired": self.expired}

@@ -41,6 +41,17 @@ class Features:
     def nbytes(self) -> int:
         return self.rows.nbytes + self.positions.nbytes
 
+    def cut(self, n: int) -> "Features":
+        """The bookkeeping of the first n positions, for a drafter KV that keeps only those."""
+        if self.drafter_base >= n:  # the drafter's context started at or past n: none of it is kept
+            return Features(n, n, True)
+        dlen = min(self.drafter_len, n)
+        keep = self.positions < n
+        rows = self.rows[keep] if len(self.rows) else self.rows
+        f = Features(self.drafter_base, dlen, False, rows, self.positions[keep])
+        f.gap = f.n_featured < n
+        return f
+
 
 @dataclass
 class Checkpoint:
@@ -63,6 +74,7 @@ class Snapshot:
     seq: int = -1  # a device-tier entry: the spare sequence id holding both states in the KV (-1: none)
     # its prompt shared a prefix with earlier traffic (the prompt cache's second-sight rule, engine/prefix.py)
     recurs: bool = False
+    n_prompt: int = 0  # a resident: how many leading positions were its request's prompt (0: unknown, all)
 
     @property
     def n(self) -> int:

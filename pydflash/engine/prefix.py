@@ -6,8 +6,9 @@ Three paths, all keeping the target and the drafter consistent (docs/architectur
 - **device** (the default second tier): a resident about to be overwritten keeps its cells under a spare sequence id
   of both contexts (``cache/device.py``: a ``seq_cp``, no copy); a request whose longest prefix lives there gets
   those cells shared into its slot. Only residents whose prompt recurs are kept (second sight: the prompt's first
-  block was seen in an earlier request), and the kept cells are capped and given up before any admission would
-  leave a running request short of KV (``_make_room``);
+  block was seen in an earlier request); every step's attention spans the kept cells, so they are held to a share
+  of what the running requests hold, an entry not hit soon leaves, and all are given up before any admission
+  would leave a running request short of KV (``_make_room``);
 - **RAM** (opt-in): what the device tier evicts (or, without one, a resident about to be overwritten) is copied
   (both states + bookkeeping) into the RAM cache; a request whose longest prefix lives there restores both states
   into its slot, all or nothing;
@@ -111,6 +112,7 @@ class PromptCache:
         self.reserved = [0] * n  # KV cells each running request may come to hold, 0 for a free slot (_make_room)
         self.branch = [0] * n  # where each prefilling prompt leaves what earlier traffic shared (``_branch_at``)
         self.n_reused = 0  # prompt tokens not prefilled thanks to the cache, all requests
+        self.admissions = 0  # requests admitted so far (device entries' probation counts them)
         self.fallbacks = 0  # cached prefixes found but not used (logged with the reason)
         self.drafter_restarts = 0  # reuses past the cached features: the drafter's context started at the reuse point
 
@@ -144,6 +146,7 @@ class PromptCache:
         """Bring both caches of ``slot.seq`` to the longest usable cached prefix of ``tokens`` (its feature
         bookkeeping with them); returns that length, the positions the caller does not prefill."""
         seq, limit = slot.seq, len(tokens) - 1
+        self.admissions += 1
         res, self.resident[seq] = self.resident[seq], None
         self.live_ckpts[seq] = []
         self.reserved[seq] = min(self.config.n_ctx_slot, len(tokens) + slot.request.max_tokens + self.block_size)
@@ -232,14 +235,23 @@ class PromptCache:
         return b if b > slot.n_past else None
 
     def _make_room(self) -> None:
-        """Give up device entries, oldest first, until every running request's worst case (prompt + max_tokens +
-        a block), every resident and every entry fit the KV together: without entries they always do (each slot's
-        share is capped at n_ctx_slot), so no running request ever finds the KV short for kept sequences."""
+        """Give up device entries until they cost what they may (``_hold_to_budget``) and until every
+        running request's worst case (prompt + max_tokens + a block), every resident and every entry fit the KV
+        together: without entries they always do (each slot's share is capped at n_ctx_slot), so no running request
+        ever finds the KV short for kept sequences."""
         if self.device is None:
             return
+        self._hold_to_budget()
         held = sum(r if r else (res.n if res is not None else 0) for r, res in zip(self.reserved, self.resident))
         while self.device.entries and held + self.device.used > self.n_ctx:
             self.device.evict_oldest()
+
+    def _hold_to_budget(self) -> None:
+        """Entries never hit within their probation leave, then the least recently used until the rest cost what
+        they may (``CacheConfig.device_share``: every step's attention spans the cells they hold)."""
+        if self.device is not None:
+            self.device.expire(self.admissions, self.cfg.probation(self.config.n_slots))
+            self.device.shrink_to(self.cfg.device_budget(self.reserved, self.config.n_ctx_slot))
 
     def _plan(self, src: Snapshot, swa_min: int, n_common: int,
               quiet: bool = False) -> tuple[int, Optional[Checkpoint]]:
@@ -377,7 +389,9 @@ class PromptCache:
             self._clear(seq)
             return
         self.resident[seq] = Snapshot(np.asarray(tokens, dtype=np.int32), feats,
-                                      checkpoints=[c for c in ckpts if c.n <= n], recurs=self.recurs[seq])
+                                      checkpoints=[c for c in ckpts if c.n <= n], recurs=self.recurs[seq],
+                                      n_prompt=min(len(slot.prompt), n))
+        self._hold_to_budget()  # one request fewer running: the entries' share of the KV shrinks with the load
 
     def _features_at(self, slot: Slot, n: int) -> Features:
         """The slot's feature bookkeeping cut at n positions (the drafter KV trimmed with it)."""
@@ -415,15 +429,26 @@ class PromptCache:
 
     def _save(self, seq: int, res: Optional[Snapshot], keep: int, protect: Optional[Snapshot] = None) -> None:
         """Keep a resident before its caches are cut to ``keep`` positions, if that loses enough: in the device tier
-        where its prompt recurs (no copy), else in RAM where there is no device tier."""
+        where its prompt recurs (no copy; its prompt alone where it can be cut there), else in RAM where there is no
+        device tier."""
         if res is None or res.n - keep < self.cfg.save_min_drop:
             return
         if self.device is not None:
-            if res.recurs or self.cfg.keep_all:
-                self.device.keep(seq, res, protect)
+            part = self._prompt_part(seq, res)
+            if (res.recurs or self.cfg.keep_all) and part.n - keep >= self.cfg.save_min_drop:
+                self.device.keep(seq, part, protect, self.admissions)
             return
         if self.ram is not None:
             self._to_ram(seq, res)
+
+    def _prompt_part(self, seq: int, res: Snapshot) -> Snapshot:
+        """What of a resident the device tier keeps: its prompt, where its caches can be cut there. Recurring traffic
+        comes back to a prompt, not to one answer to it, and every kept cell costs every later step's attention;
+        past the SWA window the sequence serves its whole length only, so it is kept whole."""
+        n = res.n_prompt
+        if self.cfg.keep_answers or not 0 < n < res.n or not self._swa_ok(self._swa_min(seq, res.n), n):
+            return res
+        return Snapshot(res.tokens[:n], res.features.cut(n), recurs=res.recurs)
 
     def _spill(self, entry: Snapshot) -> None:
         """A device entry on its way out: into RAM, where there is a RAM tier (a copy out of the KV)."""
@@ -454,7 +479,7 @@ class PromptCache:
         """A device entry of a running slot's first n_past positions (they are all prompt), shared with it."""
         n = slot.n_past
         self.device.keep(slot.seq, Snapshot(np.asarray(slot.prompt[:n], dtype=np.int32), self._features_at(slot, n),
-                                            recurs=True))
+                                            recurs=True), admissions=self.admissions)
 
     def _outgrows_window(self, slot: Slot) -> bool:
         """Whether the sequence can run past the SWA window (then no later copy of it serves a trim to here)."""

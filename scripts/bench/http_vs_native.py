@@ -12,7 +12,9 @@ acceptance).
 - ``py-plain`` (``--no-spec``), ``py-dflash`` (the shipped drafter), ``py-random`` (a random drafter): pydflash-server
   with no other flag;
 - secondary: ``py-plain-nocache``, ``py-dflash-nocache``: the same with every tier of the prompt cache off
-  (``--no-cache-reuse --cache-ram 0 --cache-device 0``).
+  (``--no-cache-reuse --cache-ram 0 --cache-device 0``);
+- diagnosis, only when ``--only`` names it: ``py-plain-nodevice`` (``--no-spec --cache-device 0``: slots keep their
+  prompts, no device tier).
 
 Every server gets only the model, ``-np`` (the largest level), the context (``--ctx``, 4096 per slot; native ``-c``
 is the total) and ``-ngl``: no threads, cache or draft flags. All servers run at once and each level's rounds are
@@ -244,6 +246,12 @@ DEFAULT_CONDITIONS = [
     Condition("py-plain-nocache", "pydflash", f"pydflash plain, cache off ({NOCACHE_WORDS})", ("--no-spec", *NOCACHE)),
     Condition("py-dflash-nocache", "pydflash", f"pydflash, shipped drafter, cache off ({NOCACHE_WORDS})", NOCACHE,
               "shipped"),
+]
+# diagnosis only, run when --only names them: which part of the cache costs (2026-12-05: with every tier on,
+# pydflash plain ran at 0.59-0.85x of itself with every tier off on traffic that reuses nothing)
+DIAG_CONDITIONS = [
+    Condition("py-plain-nodevice", "pydflash", "pydflash plain, no device tier (--cache-device 0)",
+              ("--no-spec", "--cache-device", "0")),
 ]
 BENCH_DIR = REPO / "scripts" / "bench"
 FRESH_PROMPTS = BENCH_DIR / "prompts_fresh_v1.jsonl"
@@ -1421,8 +1429,8 @@ def main_defaults(a: argparse.Namespace, argv) -> int:
     a.slots = max(a.clients + a.chat_clients, default=0)  # one slot per client of the largest level of any workload
     if not 1 <= a.chat_turns <= 6:
         raise SystemExit("bench_http: --chat-turns is 1 to 6 (the conversations have 6)")
-    conds = [c for c in select(a.only, a.skip, DEFAULT_CONDITIONS)
-             if any(runs_workload(w, c.id) for w in workloads)]
+    table = DEFAULT_CONDITIONS + (DIAG_CONDITIONS if a.only else [])
+    conds = [c for c in select(a.only, a.skip, table) if any(runs_workload(w, c.id) for w in workloads)]
     if not conds or not a.slots or a.rounds < 1:
         raise SystemExit("bench_http: nothing to run (check --only/--skip, --workloads, --clients, --rounds)")
     conds, skipped = native_or_skip(conds, a)

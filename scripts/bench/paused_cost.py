@@ -17,7 +17,13 @@ before round r + 1 of any):
   server's steady state is between probes;
 - ``paused-notaps``: the same, the target graph never keeping the drafter's layer inputs as outputs (the feature
   layers never switched on): what the taps themselves cost a paused forward;
-- ``adaptive``: the shipped drafter under the real policy (probes, lead-ins and all), its defaults.
+- ``adaptive``: the shipped drafter under the real policy (probes, lead-ins and all), its defaults;
+- ``plain-nodevice``, ``plain-nocache``: ``plain`` with the prompt cache's device tier off (``--cache-device 0``:
+  the contexts get no spare sequence ids) and with every tier off (``--no-cache-reuse --cache-ram 0 --cache-device
+  0``). Through HTTP on the H200 (2026-12-05, docs/results/2026-12-05-h200-c) pydflash plain ran at 0.59-0.85x of
+  itself with the cache off on traffic that never reuses a prefix, and at 0.66x at 16 clients on recurring
+  prompts, also when every request asked for no cache (``cache_prompt: false``); on this CPU the two run alike.
+  These variants tell whether the engine alone (no HTTP) reproduces it, and which part of the cache it follows.
 
 On the H200 (2026-12-05, docs/benchmarks.md) a paused step cost 1.012x a plain one at 1 slot and the kept taps
 ~0.6 % of it; taking the taps out of the graph for a pause and putting them back (a patched llama.cpp call tried
@@ -41,11 +47,14 @@ import time
 
 import pydflash  # noqa: F401  (loads libllama before numpy)
 from pydflash import api
+from pydflash.cache.config import CacheConfig
 from pydflash.config import EngineConfig
 from pydflash.engine.request import Request
 from pydflash.engine.trace import StepTrace
 
-VARIANTS = ("plain", "paused", "paused-notaps", "adaptive")
+VARIANTS = ("plain", "paused", "paused-notaps", "adaptive", "plain-nodevice", "plain-nocache")
+# the prompt cache of each variant: the default (slots and the device tier) unless named here
+CACHES = {"plain-nodevice": CacheConfig(device_cells=0), "plain-nocache": CacheConfig(reuse=False, device_cells=0)}
 PROMPT = ("The lighthouse keeper had kept a log for thirty years, and every entry began the same way: the date, "
           "the weather, and the number of ships that passed. On the morning the fog came in,")
 
@@ -55,14 +64,14 @@ def load(variant: str, target: str, drafter: str, slots: int, n_ctx: int, ngl: i
     engine's own step trace (pydflash/engine/trace.py), '' for none."""
     from pydflash.native import context as native_context
 
-    spec = variant != "plain"
+    spec = not variant.startswith("plain")
     cfg = EngineConfig(n_slots=slots, n_ctx_slot=n_ctx, n_gpu_layers=ngl, n_threads=threads, adaptive=spec,
                        check_invariants=False, **({} if spec else {"draft_max": 0}))
     real = native_context.llama_set_embeddings_layer_inp
     if variant == "paused-notaps":  # the taps are set in the context's constructor: leave them out
         native_context.llama_set_embeddings_layer_inp = lambda *a: None
     try:
-        llm = api.load(target, drafter if spec else None, config=cfg)
+        llm = api.load(target, drafter if spec else None, config=cfg, cache=CACHES.get(variant))
     finally:
         native_context.llama_set_embeddings_layer_inp = real
     eng = llm.engine

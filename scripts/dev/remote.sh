@@ -41,6 +41,12 @@
 #                     request boundary every 256 steps (~30 s; docs/results/2026-12-05-h200-b): `paused --slots 1
 #                     --capacity 16 --cache --request-tokens 256 --variants plain,paused,adaptive`; each variant's
 #                     step trace comes back summarised (trace_<variant>.<slots>.json)
+#   remote.sh cachediag  scripts/bench/paused_cost.py in-process, plain with every tier of the prompt cache (the
+#                     default), without the device tier and with none, at 8 and 16 of 16 slots, 256-token requests,
+#                     with CUDA graphs and without (~4 min): whether the engine alone shows the cache's cost that
+#                     HTTP showed (docs/results/2026-12-05-h200-c). Through HTTP, the same split:
+#                     `NO_NATIVE=1 remote.sh fast1 --only 'py-plain,py-plain-nodevice,py-plain-nocache'
+#                     --workloads noreuse,recur --clients 4,8,16`
 #   remote.sh profile scripts/bench/profile_host.py: the host part of a step by phase (16 slots L=8 and plain, 1 slot L=8)
 #   remote.sh cache   scripts/bench/cache.py: a 6-turn chat with a ~1,000-token system prompt, cache on / off
 #   remote.sh sampling  scripts/bench/sampling.py: rejection against sample-and-match at T 0.7 / 1.0,
@@ -541,6 +547,20 @@ paused)  # scripts/bench/paused_cost.py: a paused step against a plain one, 1 an
     for f in $W/trace_paused/*; do
         python3 scripts/bench/trace_summary.py $f --out $OUT/trace_$(basename $f | cut -d. -f1,2).json > /dev/null \
             || echo "trace_summary: $f failed"
+    done ;;
+cachediag)  # remote.sh cachediag [scripts/bench/paused_cost.py args...]: what the prompt cache costs a plain step, in-process
+    # (2026-12-05 through HTTP: 0.59-0.85x of the cache off on traffic that reuses nothing; not on a CPU), with
+    # CUDA graphs and without (GGML_CUDA_DISABLE_GRAPHS: whether the cost is graphs that stop replaying)
+    use_build
+    for _ in $(seq 1 110); do [ -f $W/pristine.rc ] && break; sleep 5; done  # a quiet machine: host-bound steps
+    for graphs in on off; do
+        left=$((${CALL_S:-600} - 20 - SECONDS))
+        [ $left -ge 100 ] || { echo "cachediag: $left s left: stopping before graphs=$graphs"; break; }
+        env $([ $graphs = off ] && echo GGML_CUDA_DISABLE_GRAPHS=1) timeout -k 10 $(( left < 280 ? left : 280 )) \
+            python3 scripts/bench/paused_cost.py --ngl -1 --slots 8,16 --capacity 16 --cache --request-tokens 256 \
+            --steps 1000 --repeats 3 --variants plain,plain-nodevice,plain-nocache \
+            --out $OUT/cachediag_graphs_$graphs.json "${@:2}" 2>&1 | grep -v "^llama_\|^load\|^print_info" | tail -3 \
+            || echo "cachediag graphs=$graphs: exit $?"
     done ;;
 adapt)
     use_build

@@ -129,7 +129,9 @@ def test_concurrent_hits_stay_lossless(qwen, tiny):
     """Four slots, recurring prompts of several lengths in bursts of six: device-tier hits land in slots beside
     running requests, and every output passes the regret gate against plain greedy decoding."""
     cfg = EngineConfig(n_slots=4, n_ctx_slot=320)
-    eng = Engine(qwen, cfg)
+    # entries may hold as many cells as the running requests (the default, a quarter, keeps about one entry here):
+    # the point is hits beside running requests, not what they may cost
+    eng = Engine(qwen, cfg, cache=CacheConfig(device_share=1.0))
     oracle = Oracle(tiny("qwen3").target)
     pool = [prompt(400 + i, 40 + 25 * i) for i in range(6)]
     rng = np.random.default_rng(5)
@@ -193,3 +195,62 @@ def test_shared_prefix_past_the_window_is_kept_where_prompts_part(tiny, copies):
     assert copies["get"] == copies["set"] == 0
     eng.close()
     off.close()
+
+
+def test_a_kept_sequence_is_its_prompt_not_its_answer(qwen, copies):
+    """One slot, every released sequence kept: what the device tier keeps of a resident is its prompt (the part
+    recurring traffic comes back to), not the answer after it, whose cells would cost every later step; a request
+    for the same prompt reuses all of it, and outputs equal the cache-off engine's."""
+    cfg = EngineConfig(n_slots=1, n_ctx_slot=512)
+    eng = Engine(qwen, cfg, cache=CacheConfig(keep_all=True, save_min_drop=8))
+    off = Engine(qwen, cfg, cache=OFF)
+    a, b = prompt(21, 90), prompt(22, 70)
+    for p in (a, b):
+        assert run_all(eng, [p], 60)[0].tokens == run_all(off, [p], 60)[0].tokens
+    dev = eng.prompt_cache.device
+    assert [e.n for e in dev.entries.values()] == [len(a)], dev.metrics()  # 90 cells, not 90 + 60
+    r = run_all(eng, [a], 60)[0]
+    assert r.tokens == run_all(off, [a], 60)[0].tokens and r.stats.n_cached == len(a) - 1
+    assert copies["get"] == copies["set"] == 0
+    eng.close()
+    off.close()
+
+
+def test_entries_never_hit_leave_after_their_probation(qwen):
+    """Every released sequence kept, none ever asked for again: each entry leaves once more than ``probation``
+    admissions passed without a hit, so the tier holds a few entries instead of filling its cap (every kept cell
+    is spanned by every later step's attention)."""
+    cfg = EngineConfig(n_slots=2, n_ctx_slot=1024)
+    # room (cells, ids, share) for every entry: only the probation can make them leave
+    eng = Engine(qwen, cfg, cache=CacheConfig(keep_all=True, save_min_drop=8, device_probation=3, device_share=8.0,
+                                              device_cells=1536, device_ids=16))
+    dev = eng.prompt_cache.device
+    for i in range(12):
+        run_all(eng, [prompt(500 + i, 80)], 16)
+        assert len(dev) <= 4, (i, dev.metrics())
+    assert dev.expired >= 6 and dev.kept >= 10, dev.metrics()
+    eng.close()
+
+
+def test_kept_cells_follow_the_load(qwen):
+    """Four slots, recurring prompts, every released sequence kept: after every admission the entries hold at most
+    their share of what the running requests may come to hold (or the floor spread over them), so traffic at any
+    load pays a bounded price for the cells it keeps; with a larger share the same traffic keeps more."""
+    cfg = EngineConfig(n_slots=4, n_ctx_slot=512)
+    held = {}
+    for share in (0.25, 4.0):
+        cache = CacheConfig(keep_all=True, save_min_drop=8, device_share=share, device_floor=0)
+        eng = Engine(qwen, cfg, cache=cache)
+        pc = eng.prompt_cache
+        pool = [prompt(600 + i, 60 + 10 * i) for i in range(8)]
+        eng.submit_all(Request(pool[(3 * i) % 8], max_tokens=24, ignore_eos=True) for i in range(24))
+        most = 0
+        while eng.has_work:
+            eng.step()
+            budget = cache.device_budget(pc.reserved, cfg.n_ctx_slot)
+            if any(pc.reserved):
+                assert pc.device.used <= budget, (share, pc.device.used, budget, pc.metrics())
+            most = max(most, pc.device.used)
+        held[share] = most
+        eng.close()
+    assert 0 < held[0.25] < held[4.0], held

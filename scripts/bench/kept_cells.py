@@ -1,0 +1,129 @@
+"""What the prompt cache's kept cells cost a plain step: the engine in one process, 16 slots, closed-loop requests
+(each replaced a few steps after it ends, as an HTTP client would), first traffic whose prompts recur, then traffic
+that never repeats a prefix, with the cache off, with this tree's cache, with its device tier unbounded (no load
+share, no probation) and as it was before 2026-12-05 (unbounded, whole sequences kept: ``keep_answers``).
+
+Every step's attention spans the KV cells in use, kept ones included, so a device tier holding up to a quarter of
+the KV for entries that are almost never hit slows every step: on the H200 pydflash-server ran at 0.59-0.85x of
+itself with the cache off on traffic that repeats nothing (docs/results/2026-12-05-h200-c). On a CPU the same
+mechanism shows with a tiny target, whose steps are mostly attention.
+
+    python scripts/bench/kept_cells.py [--target GGUF] [--rounds 3] [--out docs/results/.../kept_cells_cpu.json]
+
+Default target: the tiny qwen3 factory pair (no sliding window, so a kept prompt can be cut from its answer, as
+with Gemma-3-270M and short requests). Per variant and phase: ms per step (median over rounds, interleaved) and the
+ratio to the cache-off engine in the same round; the device tier's counters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import random
+import statistics
+import sys
+import tempfile
+import time
+
+import pydflash  # noqa: F401  (loads libllama before numpy)
+from pydflash import api
+from pydflash.cache.config import CacheConfig
+from pydflash.config import EngineConfig
+from pydflash.engine.request import Request
+
+VARIANTS = {
+    "off": CacheConfig(reuse=False, device_cells=0),
+    "on": CacheConfig(),
+    "unbounded": CacheConfig(device_share=1e9, device_probation=1 << 30),
+    "before": CacheConfig(device_share=1e9, device_probation=1 << 30, keep_answers=True),
+}
+SLOTS = 16
+GAP = 3  # steps between a request's end and its replacement (the client's turnaround)
+
+
+def phase(eng, make, total: int) -> dict:
+    """Closed loop: SLOTS requests at once, each replaced GAP steps after it ends, until ``total`` were sent."""
+    sent, live, pending = 0, set(), []
+    for _ in range(SLOTS):
+        live.add(eng.submit(make(sent)))
+        sent += 1
+    steps = tokens = 0
+    t0 = time.perf_counter()
+    while live or pending:
+        events = eng.step()
+        steps += 1
+        while pending and pending[0] <= steps:
+            pending.pop(0)
+            live.add(eng.submit(make(sent)))
+            sent += 1
+        for ev in events:
+            tokens += len(ev.tokens)
+            if ev.finished:
+                live.discard(ev.request_id)
+                if sent + len(pending) < total:
+                    pending.append(steps + GAP)
+    wall = time.perf_counter() - t0
+    return {"ms_per_step": 1e3 * wall / steps, "tok_s": tokens / wall, "steps": steps}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", default="", help="a GGUF (default: the tiny qwen3 factory target)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=256, help="max_tokens of each request")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default="")
+    a = ap.parse_args(argv)
+    target = a.target
+    if not target:
+        from pydflash.factory.pair import write_tiny_pair
+
+        target = str(write_tiny_pair(pathlib.Path(tempfile.gettempdir()) / "pydflash-kept-cells", "qwen3").target)
+    cfg = EngineConfig(n_slots=SLOTS, n_ctx_slot=4096, n_gpu_layers=0, n_threads=a.threads, draft_max=0,
+                       check_invariants=False)
+    engines = {v: api.load(target, None, config=cfg, cache=c).engine for v, c in VARIANTS.items()}
+    n_vocab = engines["off"].target_ctx.n_vocab
+    rows = {v: {"recur": [], "noreuse": []} for v in VARIANTS}
+    for r in range(a.rounds):
+        order = list(VARIANTS)[r % len(VARIANTS):] + list(VARIANTS)[:r % len(VARIANTS)]
+        for v in order:
+            rng = random.Random(1000 * r)  # every variant gets the same requests in a round
+            vocab = range(10, min(n_vocab, 2000))
+            pool = [[rng.choice(vocab) for _ in range(rng.randint(40, 90))] for _ in range(24)]
+            eng = engines[v]
+
+            def recur(i, pool=pool):
+                return Request(prompt=pool[i % len(pool)], max_tokens=a.tokens, ignore_eos=True)
+
+            def fresh(i, rng=rng, vocab=vocab):
+                return Request(prompt=[rng.choice(vocab) for _ in range(rng.randint(30, 80))], max_tokens=a.tokens,
+                               ignore_eos=True)
+
+            rows[v]["recur"].append(phase(eng, recur, 6 * SLOTS))
+            rows[v]["noreuse"].append(phase(eng, fresh, 4 * SLOTS))
+    out = {"target": target, "slots": SLOTS, "tokens": a.tokens, "rounds": a.rounds,
+           "variants": {v: str(c) for v, c in VARIANTS.items()}, "results": {}}
+    for v in VARIANTS:
+        res = {}
+        for ph, runs in rows[v].items():
+            ratio = statistics.median(o["ms_per_step"] / x["ms_per_step"] for x, o in zip(runs, rows["off"][ph]))
+            res[ph] = {"ms_per_step": round(statistics.median(x["ms_per_step"] for x in runs), 3),
+                       "speed_vs_off": round(ratio, 3), "rounds": runs}
+        dev = engines[v].prompt_cache.device
+        res["device"] = dev.metrics() if dev is not None else None
+        out["results"][v] = res
+        paired = {ph: [round(o["ms_per_step"] / x["ms_per_step"], 2) for x, o in zip(rows[v][ph], rows["off"][ph])]
+                  for ph in ("recur", "noreuse")}
+        print(f"{v}: " + "; ".join(f"{ph} {res[ph]['ms_per_step']:.2f} ms/step ({res[ph]['speed_vs_off']:.2f}x off, "
+                                   f"rounds {paired[ph]})" for ph in ("recur", "noreuse"))
+              + f"; device {res['device']}", flush=True)
+    for eng in engines.values():
+        eng.close()
+    if a.out:
+        pathlib.Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
