@@ -138,6 +138,11 @@
 # machine, each a call of its own; `scripts/dev/store_build.sh FILES_AT` here files the reply as .device-bench/gbp0..
 # and gbq0..): `part bp0` (carrying .device-bench/gbp0), `part bp1`.., `part bq0`.. BEFORE `start`, each a call of its
 # own (a pack part is 15 MiB, three to a folder); `start` then unpacks instead of building where the key matches.
+# 2026-12-05 (fourth session, H200): both builds at -j8 each ended 506 s after `start`; `packbuild patched` and
+# `packbuild pristine` took 12 s each (41.5 and 44.3 MB, three parts each): .device-bench/gbp0 (key c86aed0bf7819641,
+# PATCHED_TARGETS=llama) and gbq0 (key c49774ddf46abec9) are filed here. Stage them (`part bp0`, `part bq0`, each a
+# call carrying its folder) before `start`: a session then skips the builds while the source and the flags are
+# these. The first throwaway call got no machine; the second started one at once.
 # Every step that needs the build fails at once if `start` never ran (a carry over the limit refuses the call without
 # running it).
 # Results go to $OUT; each of costs/bench/long/eval fits one 10-minute call.
