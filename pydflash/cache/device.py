@@ -76,6 +76,7 @@ class DeviceCache(PrefixLRU):
         for key in [k for k, at in self.kept_at.items() if k not in self.hit_keys and admissions - at > probation]:
             self._drop(self.remove(key))
             self.expired += 1
+            self.evictions += 1  # a kind of eviction (/metrics counts them together)
 
     def shrink_to(self, cells: int) -> None:
         """Least recently used out until the entries hold at most ``cells`` (those never hit leave by ``expire``:

@@ -92,8 +92,9 @@ DEVICE_HITS = Counter("pydflash_prompt_cache_device_hits_total", "Admissions ser
                       "(the device tier: no copy)", ["model"])
 DEVICE_MISSES = Counter("pydflash_prompt_cache_device_misses_total", "Admissions the device tier did not serve",
                         ["model"])
-DEVICE_EVICTIONS = Counter("pydflash_prompt_cache_device_evictions_total", "Device-tier entries given up (cap, or KV "
-                           "needed by running requests)", ["model"])
+DEVICE_EVICTIONS = Counter("pydflash_prompt_cache_device_evictions_total", "Device-tier entries given up (cap, their "
+                           "share of the load, not hit within their probation, or KV needed by running requests)",
+                           ["model"])
 DEVICE_CELLS = Gauge("pydflash_prompt_cache_device_cells", "KV cells held by device-tier entries (upper bound: "
                      "cells shared with slots count too)", ["model"], multiprocess_mode="livesum")
 CACHE_KEPT = Gauge("pydflash_prompt_cache_slot_tokens", "Tokens kept in idle slots for reuse", ["model"],
