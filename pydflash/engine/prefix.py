@@ -434,8 +434,10 @@ class PromptCache:
         if res is None or res.n - keep < self.cfg.save_min_drop:
             return
         if self.device is not None:
+            if not (res.recurs or self.cfg.keep_all):
+                return
             part = self._prompt_part(seq, res)
-            if (res.recurs or self.cfg.keep_all) and part.n - keep >= self.cfg.save_min_drop:
+            if part.n - keep >= self.cfg.save_min_drop:
                 self.device.keep(seq, part, protect, self.admissions)
             return
         if self.ram is not None:
