@@ -79,10 +79,11 @@ class LLM:
             self._forget([req], done)
 
     # --- tokens ---------------------------------------------------------------------------------------
-    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """The tokens a string prompt becomes (the defaults: as ``generate`` tokenizes it)."""
         with self._lock:
             self._check_open()
-            return self.engine.model.tokenize(text, add_special=add_special)
+            return self.engine.model.tokenize(text, add_special=add_special, parse_special=parse_special)
 
     def detokenize(self, tokens) -> str:
         with self._lock:

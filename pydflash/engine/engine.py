@@ -150,7 +150,7 @@ class Engine:
         if isinstance(req.prompt, str):
             if not req.prompt:
                 raise InvalidRequest("empty prompt")
-            return self.model.tokenize(req.prompt, add_special=req.add_special)
+            return self.model.tokenize(req.prompt, add_special=req.add_special, parse_special=req.parse_special)
         return [int(t) for t in req.prompt]
 
     def prepare(self, req: Request) -> list[int]:

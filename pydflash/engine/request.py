@@ -84,6 +84,9 @@ class Request:
     draft_max: Optional[int] = None  # None: the engine default (the trained block - 1); 0: no drafting
     ignore_eos: bool = False
     add_special: bool = True  # tokenizer BOS handling for string prompts
+    # a string prompt's special-token text (Gemma's "<start_of_turn>") becomes that one token, as llama-server's and
+    # llama-cpp-python's completions tokenize it; False: it is read as plain characters
+    parse_special: bool = True
     temperature: float = 0.0
     top_k: int = 0  # 0: off
     top_p: float = 1.0  # 1: off
@@ -116,7 +119,7 @@ class Request:
         self.stop = list(self.stop)
         if self.draft_max is not None and (not _is_int(self.draft_max) or self.draft_max < 0):
             _fail(f"draft_max must be None or an integer >= 0, got {self.draft_max!r}")
-        for name in ("ignore_eos", "add_special", "cache_prompt", "share_prompt"):
+        for name in ("ignore_eos", "add_special", "parse_special", "cache_prompt", "share_prompt"):
             if not isinstance(getattr(self, name), bool):
                 _fail(f"{name} must be a bool, got {getattr(self, name)!r}")
         if not _is_real(self.temperature) or not (0.0 <= self.temperature < math.inf):  # also rejects NaN

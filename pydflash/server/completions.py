@@ -172,12 +172,13 @@ class Completions:
 
     # --- requests -------------------------------------------------------------------------------------------------
     async def _completion_prompts(self, prompts) -> list[list[int]]:
-        """Each prompt as tokens: strings are tokenized with BOS, as llama-server does."""
+        """Each prompt as tokens: strings are tokenized with BOS and special-token text parsed (a Gemma-format
+        transcript's ``<start_of_turn>`` is one token), as llama-server does."""
         out = []
         for p in prompts:
             if isinstance(p, str):
                 self._check_prompt_bytes(p)
-                toks = await self.tokenizer.tokenize(p, True)
+                toks = await self.tokenizer.tokenize(p, True, True)
             else:
                 toks = list(p)
             if not toks:

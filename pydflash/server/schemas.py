@@ -533,6 +533,7 @@ class ModelControlResponse(BaseModel):
 class TokenizeRequest(_Body):
     content: Text
     add_special: bool = False  # prepend BOS (as llama-server: off by default)
+    parse_special: bool = True  # special-token text becomes that token (as llama-server and our completions)
     model: Optional[Text] = None
 
 

@@ -118,7 +118,7 @@ def create_worker_app(preset: Preset, engine: Optional[EngineClient] = None,
 
     @app.post("/tokenize")
     async def tokenize(body: S.TokenizeRequest) -> S.TokenizeResponse:
-        return S.TokenizeResponse(tokens=await tokenizer.tokenize(body.content, body.add_special))
+        return S.TokenizeResponse(tokens=await tokenizer.tokenize(body.content, body.add_special, body.parse_special))
 
     @app.post("/detokenize")
     async def detokenize(body: S.DetokenizeRequest) -> S.DetokenizeResponse:

@@ -182,6 +182,7 @@ BAD = [
     dict(prompt="x", seed="7"),
     dict(prompt="x", ignore_eos="yes"),
     dict(prompt="x", add_special=None),
+    dict(prompt="x", parse_special=1),
 ]
 
 
@@ -194,6 +195,16 @@ def test_bad_input_raises_invalid_request(llm, kw):
     with pytest.raises(InvalidRequest):
         llm.engine.submit(Request(prompt, **kw))
     assert idle(llm)
+
+
+def test_special_token_text_in_a_prompt_is_that_token(llm):
+    """A string prompt is tokenized as llama-server and llama-cpp-python tokenize completions: "</s>" (a control
+    token of the factory vocabulary) is one token, unless the request asks for plain characters."""
+    eos = 2
+    assert eos in llm.tokenize("the</s>of") and eos not in llm.tokenize("the</s>of", parse_special=False)
+    special = llm.generate("the</s>of", max_tokens=1)
+    plain = llm.generate("the</s>of", max_tokens=1, parse_special=False)
+    assert special.stats.n_prompt == len(llm.tokenize("the</s>of")) < plain.stats.n_prompt
 
 
 def test_good_input_is_normalised(llm):

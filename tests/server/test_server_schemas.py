@@ -234,7 +234,7 @@ def test_chat_max_tokens_none_means_until_context_end():
 
 def test_tokenize_defaults():
     req = S.TokenizeRequest.model_validate({"content": "hi"})
-    assert req.add_special is False and req.model is None
+    assert req.add_special is False and req.parse_special is True and req.model is None
 
 
 # --- responses -----------------------------------------------------------------------------------------------------

@@ -77,6 +77,14 @@ def test_a_request_reaches_the_engine_once(pair):
             tokens = (await post("/tokenize", {"content": "hello there"}))["tokens"]
             assert (await post("/detokenize", {"tokens": tokens}))["content"] == "hello there"
             assert seen == {"call": 0, "submit": 2}
+            # special-token text is that token, in /tokenize and in a completion's prompt, as llama-server reads
+            # it (a Gemma-format transcript's "<start_of_turn>" is one token, not seven pieces)
+            eos = 2  # "</s>" in the factory vocabulary (pydflash/factory/tokenizer.py)
+            special = (await post("/tokenize", {"content": "the</s>of"}))["tokens"]
+            plain = (await post("/tokenize", {"content": "the</s>of", "parse_special": False}))["tokens"]
+            assert eos in special and eos not in plain and len(plain) > len(special)
+            out = await post("/v1/completions", {"prompt": "the</s>of", "max_tokens": 1, "temperature": 0})
+            assert out["usage"]["prompt_tokens"] == len(special) + 1  # and BOS
         finally:
             worker.close()
 
