@@ -22,18 +22,26 @@ class CacheConfig:
     keep_all: bool = False
     # Keep a resident's whole sequence in the device tier, its answer too: what a conversation's next turn reuses
     # after another request took its slot, at the price of the answer's cells in every later step (default: the
-    # prompt alone, what recurring traffic comes back to).
+    # prompt alone, what recurring traffic comes back to). Idle residents over the budget below then leave whole
+    # rather than lose their answers.
     keep_answers: bool = False
-    # What the kept cells may cost. Every step's attention spans the KV cells in use, so a kept cell costs every
-    # running request on every step, while a hit saves one prefill. Entries are held to ``device_share`` of the
-    # cells the running requests may come to hold, or ``device_floor`` cells spread over them (-1: one slot's
-    # share: few running requests pay little for it and keep their conversations), whichever is more; and an
-    # entry not hit within ``device_probation`` admissions after it was kept leaves (-1: as many as there are
-    # slots). On the H200 (2026-12-05) entries kept up to a quarter of the KV, answers included, and almost never
-    # hit made pydflash-server 0.59-0.85x of itself with the cache off on traffic that repeats nothing.
-    device_share: float = 0.25
-    device_floor: int = -1
+    # What the kept cells may cost: idle slots' residents and device entries alike. In a unified KV every step's
+    # attention spans the cells in use, so a kept cell costs every running request on every step, while a hit
+    # saves one prefill. Kept cells are held to ``kept_share`` of the cells the running requests may come to hold,
+    # or ``kept_floor`` cells spread over them (-1: one slot's share: few running requests pay little for it and
+    # keep their conversations), whichever is more. Over that, idle residents lose their answers first (the oldest
+    # released first: a conversation that did not come back), then the residents whose prompt never recurred, then
+    # device entries (least recently used), then the other residents. A device entry not hit within
+    # ``device_probation`` admissions after it was kept leaves (-1: as many as there are slots). On the H200
+    # (2026-12-05) device entries kept up to a quarter of the KV, answers included, and almost never hit made
+    # pydflash-server 0.59-0.85x of itself with the cache off on traffic that repeats nothing; on an H100 the same
+    # day, with those bounded, eight idle residents beside eight running requests still cost 11 % of a step.
+    kept_share: float = 0.25
+    kept_floor: int = -1
     device_probation: int = -1
+    # False: idle slots keep their whole sequences whatever they cost (llama-server's way), and only device entries
+    # are held to the share
+    bound_residents: bool = True
     # RAM tier (MiB of state snapshots, both contexts); 0 turns it off. It takes what the device tier evicts (or,
     # without a device tier, each released sequence about to be overwritten): each entry is a copy of the sequence's
     # state out of the KV, thousands of small device-to-host copies on a GPU, between steps.
@@ -57,8 +65,8 @@ class CacheConfig:
             raise ValueError("device_cells and device_ids must be >= -1 (-1: automatic)")
         if self.block < 1:
             raise ValueError("block must be >= 1")
-        if self.device_share < 0 or self.device_floor < -1 or self.device_probation < -1:
-            raise ValueError("device_share must be >= 0, device_floor and device_probation >= -1 (-1: automatic)")
+        if self.kept_share < 0 or self.kept_floor < -1 or self.device_probation < -1:
+            raise ValueError("kept_share must be >= 0, kept_floor and device_probation >= -1 (-1: automatic)")
 
     def spare_ids(self, n_slots: int) -> int:
         """Spare sequence ids the engine's contexts need for the device tier."""
@@ -73,12 +81,12 @@ class CacheConfig:
         """KV cells the device tier may hold: by default a quarter of the KV, and at least one slot's share."""
         return max(n_ctx // 4, n_ctx_slot) if self.device_cells < 0 else self.device_cells
 
-    def device_budget(self, reserved: list[int], n_ctx_slot: int) -> int:
-        """KV cells the device tier may hold while requests that may come to hold ``reserved`` cells run: their
-        attention spans the kept cells too, so the budget follows the load (see ``device_share``)."""
-        floor = n_ctx_slot if self.device_floor < 0 else self.device_floor
+    def kept_budget(self, reserved: list[int], n_ctx_slot: int) -> int:
+        """KV cells idle residents and device entries may hold while requests that may come to hold ``reserved``
+        cells run: their attention spans the kept cells too, so the budget follows the load (see ``kept_share``)."""
+        floor = n_ctx_slot if self.kept_floor < 0 else self.kept_floor
         running = [r for r in reserved if r]
-        return max(int(self.device_share * sum(running)), floor // max(1, len(running)))
+        return max(int(self.kept_share * sum(running)), floor // max(1, len(running)))
 
     def probation(self, n_slots: int) -> int:
         return n_slots if self.device_probation < 0 else self.device_probation

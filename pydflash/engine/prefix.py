@@ -2,7 +2,8 @@
 
 Three paths, all keeping the target and the drafter consistent (docs/architecture.md, failure classes):
 - **resident**: a released slot keeps its tokens and both caches; a new request sharing a prefix trims both at the
-  same position p (and the feature bookkeeping with them) and prefills only the rest;
+  same position p (and the feature bookkeeping with them) and prefills only the rest. Residents are kept cells too:
+  with the device tier's entries they are held to what the load allows (``_hold_to_budget``), answers cut first;
 - **device** (the default second tier): a resident about to be overwritten keeps its cells under a spare sequence id
   of both contexts (``cache/device.py``: a ``seq_cp``, no copy); a request whose longest prefix lives there gets
   those cells shared into its slot. Only residents whose prompt recurs are kept (second sight: the prompt's first
@@ -107,6 +108,9 @@ class PromptCache:
         self.seen: "OrderedDict[bytes, None]" = OrderedDict()  # recent prompts' first blocks (second sight)
         self.salt = salt
         self.resident: list[Optional[Snapshot]] = [None] * n  # released slots' sequences (states live in the KV)
+        self.released_at = [0] * n  # the admission count when each resident was released (the oldest give way)
+        self.residents_cut = 0  # residents cut back to their prompt to hold kept cells to the budget
+        self.residents_dropped = 0  # residents given up for the budget
         self.live_ckpts: list[list[Checkpoint]] = [[] for _ in range(n)]  # checkpoints of the running requests
         self.recurs = [False] * n  # whether each running request's prompt recurs (kept with its resident)
         self.reserved = [0] * n  # KV cells each running request may come to hold, 0 for a free slot (_make_room)
@@ -235,23 +239,78 @@ class PromptCache:
         return b if b > slot.n_past else None
 
     def _make_room(self) -> None:
-        """Give up device entries until they cost what they may (``_hold_to_budget``) and until every
+        """Hold the kept cells to what they may cost (``_hold_to_budget``), then give up device entries until every
         running request's worst case (prompt + max_tokens + a block), every resident and every entry fit the KV
         together: without entries they always do (each slot's share is capped at n_ctx_slot), so no running request
         ever finds the KV short for kept sequences."""
+        self._hold_to_budget()
         if self.device is None:
             return
-        self._hold_to_budget()
         held = sum(r if r else (res.n if res is not None else 0) for r, res in zip(self.reserved, self.resident))
         while self.device.entries and held + self.device.used > self.n_ctx:
             self.device.evict_oldest()
 
     def _hold_to_budget(self) -> None:
-        """Entries never hit within their probation leave, then the least recently used until the rest cost what
-        they may (``CacheConfig.device_share``: every step's attention spans the cells they hold)."""
+        """Hold the kept cells, idle residents' and device entries', to what they may cost (``CacheConfig.
+        kept_share``: in a unified KV every step's attention spans them). Device entries never hit within their
+        probation leave; then, while over: residents' answers (oldest released first), residents whose prompt
+        never recurred, device entries (least recently used), the other residents."""
         if self.device is not None:
             self.device.expire(self.admissions, self.cfg.probation(self.config.n_slots))
-            self.device.shrink_to(self.cfg.device_budget(self.reserved, self.config.n_ctx_slot))
+        if not any(self.reserved):
+            return  # nothing runs, so nothing pays for them: the next admission holds them to its load
+        budget = self.cfg.kept_budget(self.reserved, self.config.n_ctx_slot)
+        if not (self.cfg.bound_residents and self.config.kv_unified):  # KV streams: a resident costs only its slot
+            if self.device is not None:
+                self.device.shrink_to(budget)
+            return
+        idle = sorted((seq for seq, r in enumerate(self.resident) if r is not None), key=lambda s: self.released_at[s])
+        for seq in idle:
+            if self._kept_cells() <= budget:
+                return
+            self._cut_to_prompt(seq)
+        for seq in [s for s in idle if not self.resident[s].recurs]:
+            if self._kept_cells() <= budget:
+                return
+            self._drop_resident(seq)
+        if self.device is not None:
+            self.device.shrink_to(max(0, budget - self._kept_cells() + self.device.used))
+        for seq in [s for s in idle if self.resident[s] is not None]:
+            if self._kept_cells() <= budget:
+                return
+            self._drop_resident(seq)
+
+    def _kept_cells(self) -> int:
+        """KV cells idle residents and device entries hold (an upper bound: cells they share count for each)."""
+        return sum(r.n for r in self.resident if r is not None) + (self.device.used if self.device is not None else 0)
+
+    def _cut_to_prompt(self, seq: int) -> None:
+        """An idle resident keeps its prompt alone, where its caches can be cut there (``_prompt_part``)."""
+        res = self.resident[seq]
+        part = self._prompt_part(seq, res)
+        if part is res:
+            return
+        try:
+            self.target.seq_rm(seq, part.n)
+            if self.dctx is not None:
+                self.dctx.seq_rm(seq, part.n)  # the drafter's cells past n (all of them, if it started past n)
+        except PydflashError as exc:
+            log.info("slot %d: not cut back to its prompt: %s", seq, exc)
+            self._drop_resident(seq)
+            return
+        part.checkpoints = [c for c in res.checkpoints if c.n <= part.n]
+        part.n_prompt = part.n
+        self.resident[seq] = part
+        self.residents_cut += 1
+
+    def _drop_resident(self, seq: int) -> None:
+        """An idle resident given up: into RAM where there is a RAM tier and no device tier (as an overwritten one
+        goes), then out of both caches."""
+        res, self.resident[seq] = self.resident[seq], None
+        if self.ram is not None and self.device is None:
+            self._to_ram(seq, res)
+        self._clear(seq)
+        self.residents_dropped += 1
 
     def _plan(self, src: Snapshot, swa_min: int, n_common: int,
               quiet: bool = False) -> tuple[int, Optional[Checkpoint]]:
@@ -391,7 +450,8 @@ class PromptCache:
         self.resident[seq] = Snapshot(np.asarray(tokens, dtype=np.int32), feats,
                                       checkpoints=[c for c in ckpts if c.n <= n], recurs=self.recurs[seq],
                                       n_prompt=min(len(slot.prompt), n))
-        self._hold_to_budget()  # one request fewer running: the entries' share of the KV shrinks with the load
+        self.released_at[seq] = self.admissions
+        self._hold_to_budget()  # one request fewer running: the kept cells' share of the KV shrinks with the load
 
     def _features_at(self, slot: Slot, n: int) -> Features:
         """The slot's feature bookkeeping cut at n positions (the drafter KV trimmed with it)."""
@@ -552,7 +612,8 @@ class PromptCache:
 
     def metrics(self) -> dict:
         out = {"n_reused_tokens": self.n_reused, "fallbacks": self.fallbacks, "drafter_restarts": self.drafter_restarts,
-               "resident_tokens": sum(r.n for r in self.resident if r is not None)}
+               "resident_tokens": sum(r.n for r in self.resident if r is not None),
+               "residents_cut": self.residents_cut, "residents_dropped": self.residents_dropped}
         if self.device is not None:
             out["device"] = self.device.metrics()
         if self.ram is not None:

@@ -97,6 +97,9 @@ DEVICE_EVICTIONS = Counter("pydflash_prompt_cache_device_evictions_total", "Devi
                            ["model"])
 DEVICE_CELLS = Gauge("pydflash_prompt_cache_device_cells", "KV cells held by device-tier entries (upper bound: "
                      "cells shared with slots count too)", ["model"], multiprocess_mode="livesum")
+SLOT_GIVEN_UP = Counter("pydflash_prompt_cache_slot_given_up_total", "Idle slots' kept sequences cut back to their "
+                        "prompt (how=cut) or given up (how=dropped) to hold kept KV cells to their share of the load",
+                        ["model", "how"])
 CACHE_KEPT = Gauge("pydflash_prompt_cache_slot_tokens", "Tokens kept in idle slots for reuse", ["model"],
                    multiprocess_mode="livesum")
 RESIDENT = Gauge("pydflash_models_resident", "Model workers loaded and serving", multiprocess_mode="livesum")
@@ -156,6 +159,8 @@ class StepRecorder:
         for counter in (CACHE_REUSED, CACHE_FALLBACKS, CACHE_DRAFTER_RESTARTS, CACHE_HITS, CACHE_MISSES,
                         CACHE_EVICTIONS, DEVICE_HITS, DEVICE_MISSES, DEVICE_EVICTIONS):
             counter.labels(model)  # shown as 0 from the start, not only after the first event
+        for how in ("cut", "dropped"):
+            SLOT_GIVEN_UP.labels(model, how)
 
     def on_step(self, state, events) -> None:
         now = time.monotonic()
@@ -207,6 +212,11 @@ class StepRecorder:
             if total > seen:
                 counter.labels(m).inc(total - seen)
                 self._cache_seen[key] = total
+        for how in ("cut", "dropped"):
+            total, seen = pc.get(f"residents_{how}", 0), self._cache_seen.get(how, 0)
+            if total > seen:
+                SLOT_GIVEN_UP.labels(m, how).inc(total - seen)
+                self._cache_seen[how] = total
         CACHE_BYTES.labels(m).set(ram.get("bytes", 0))
         CACHE_ENTRIES.labels(m).set(ram.get("entries", 0))
         DEVICE_CELLS.labels(m).set(dev.get("cells", 0))

@@ -572,7 +572,7 @@ def summarize(rounds: list[dict]) -> dict:
         return {"median": round(statistics.median(xs), 3), "min": min(xs), "max": max(xs)}
 
     return {k: spread(k) for k in ("tok_per_s", "ttft_ms_p50", "latency_ms_p50", "wall_s", "cached_share",
-                                   "acceptance", "tokens_per_step")}
+                                   "acceptance", "tokens_per_step", "completion_tokens")}
 
 
 def start_condition(cond: Condition, a: argparse.Namespace, target: str, drafters: dict[str, str],
@@ -1121,11 +1121,14 @@ def workload_tables(report: dict, wid: str, wl: dict) -> list[str]:
         lines.append(f"| {v['conditions'][n].get('label', n)} (`{n}`) | " + " | ".join(cells) + " |")
     lines += ["", ("TTFT p50" if wl["stream"] else "request latency p50") + " (median over rounds), the share of "
               "prompt tokens the server's cache supplied (`timings.cache_n` / `usage.prompt_tokens`), and where the "
-              "server drafts: accepted / drafted (acc) and tau.", "", *table_head(levels)]
+              "server drafts: accepted / drafted (acc) and tau. Greedy requests, so every server should generate "
+              "the same tokens: a round's completion tokens unlike native's are flagged (**N tok/round, native M**: "
+              "an output that differs, not a speed).", "", *table_head(levels)]
+    native = v["conditions"].get("native-bs", {}).get("levels", {})
     for n in names:
         lv = v["conditions"][n].get("levels", {})
-        lines.append(f"| `{n}` | " + " | ".join(defaults_extra_cell(lv.get(str(c)), wl["stream"]) for c in levels)
-                     + " |")
+        lines.append(f"| `{n}` | " + " | ".join(defaults_extra_cell(lv.get(str(c)), wl["stream"], native.get(str(c)))
+                                                for c in levels) + " |")
     return lines
 
 
@@ -1134,9 +1137,20 @@ def chat_wall(v: dict, cond: str, clients: int) -> str:
     return f", {wall:.1f} s" if wall is not None else ""
 
 
-def defaults_extra_cell(lvl: dict | None, stream: bool) -> str:
+def completion_median(lvl: dict | None) -> float | None:
+    """A level's median completion tokens per round (from its rounds where an older report lacks the summary)."""
+    if not lvl or "error" in lvl:
+        return None
+    if lvl.get("completion_tokens"):
+        return lvl["completion_tokens"]["median"]
+    xs = [r["completion_tokens"] for r in lvl.get("rounds", []) if r.get("completion_tokens") is not None]
+    return statistics.median(xs) if xs else None
+
+
+def defaults_extra_cell(lvl: dict | None, stream: bool, native: dict | None = None) -> str:
     if not lvl or "error" in lvl:
         return "-"
+    done, ref = completion_median(lvl), completion_median(native)
     t = (lvl.get("ttft_ms_p50" if stream else "latency_ms_p50") or {}).get("median")
     share = (lvl.get("cached_share") or {}).get("median")
     parts = [f"{t:.0f} ms" if t is not None else "-", f"cached {share:.0%}" if share is not None else "cached -"]
@@ -1144,6 +1158,8 @@ def defaults_extra_cell(lvl: dict | None, stream: bool) -> str:
     tau = (lvl.get("tokens_per_step") or {}).get("median")
     if acc is not None:
         parts.append(f"acc {acc:.2f}" + (f", tau {tau:.2f}" if tau is not None else ""))
+    if done is not None and ref is not None and done != ref:
+        parts.append(f"**{done:.0f} tok/round, native {ref:.0f}**")
     return ", ".join(parts)
 
 

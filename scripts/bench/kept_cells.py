@@ -1,14 +1,18 @@
-"""What the prompt cache's kept cells cost a plain step: the engine in one process, 16 slots, closed-loop requests
-(each replaced a few steps after it ends, as an HTTP client would), first traffic whose prompts recur, then traffic
-that never repeats a prefix, with the cache off, with this tree's cache, with its device tier unbounded (no load
-share, no probation) and as it was before 2026-12-05 (unbounded, whole sequences kept: ``keep_answers``).
+"""What the prompt cache's kept cells cost a plain step: the engine in one process, 16 slots, C closed-loop clients
+(each request replaced a few steps after it ends, as an HTTP client would), first traffic whose prompts recur, then
+traffic that never repeats a prefix, with the cache off, with this tree's cache, with idle slots keeping their whole
+sequences (``bound_residents=False``: the tree of the morning of 2026-12-05, and llama-server's way) and as it was
+before 2026-12-05 (the device tier unbounded too, whole sequences kept: ``keep_answers``).
 
 Every step's attention spans the KV cells in use, kept ones included, so a device tier holding up to a quarter of
 the KV for entries that are almost never hit slows every step: on the H200 pydflash-server ran at 0.59-0.85x of
 itself with the cache off on traffic that repeats nothing (docs/results/2026-12-05-h200-c). On a CPU the same
 mechanism shows with a tiny target, whose steps are mostly attention.
 
-    python scripts/bench/kept_cells.py [--target GGUF] [--rounds 3] [--out docs/results/.../kept_cells_cpu.json]
+    python scripts/bench/kept_cells.py [--clients 8] [--target GGUF] [--rounds 3] [--out docs/results/.../x.json]
+
+At 16 clients every slot runs and only the device tier's entries are kept beside them; at 8, eight idle slots keep
+the sequences of the requests they served (on an H100, 2026-12-05: 11 % of a step at 8 of 16 slots).
 
 Default target: the tiny qwen3 factory pair (no sliding window, so a kept prompt can be cut from its answer, as
 with Gemma-3-270M and short requests). Per variant and phase: ms per step (median over rounds, interleaved) and the
@@ -35,17 +39,17 @@ from pydflash.engine.request import Request
 VARIANTS = {
     "off": CacheConfig(reuse=False, device_cells=0),
     "on": CacheConfig(),
-    "unbounded": CacheConfig(device_share=1e9, device_probation=1 << 30),
-    "before": CacheConfig(device_share=1e9, device_probation=1 << 30, keep_answers=True),
+    "residents-unbounded": CacheConfig(bound_residents=False),
+    "before": CacheConfig(kept_share=1e9, device_probation=1 << 30, keep_answers=True, bound_residents=False),
 }
 SLOTS = 16
 GAP = 3  # steps between a request's end and its replacement (the client's turnaround)
 
 
-def phase(eng, make, total: int) -> dict:
-    """Closed loop: SLOTS requests at once, each replaced GAP steps after it ends, until ``total`` were sent."""
+def phase(eng, make, total: int, clients: int) -> dict:
+    """Closed loop: ``clients`` requests at once, each replaced GAP steps after it ends, until ``total`` were sent."""
     sent, live, pending = 0, set(), []
-    for _ in range(SLOTS):
+    for _ in range(clients):
         live.add(eng.submit(make(sent)))
         sent += 1
     steps = tokens = 0
@@ -70,6 +74,7 @@ def phase(eng, make, total: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default="", help="a GGUF (default: the tiny qwen3 factory target)")
+    ap.add_argument("--clients", type=int, default=8, help="requests running at once (of 16 slots)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=256, help="max_tokens of each request")
     ap.add_argument("--threads", type=int, default=2)
@@ -100,9 +105,9 @@ def main(argv=None) -> int:
                 return Request(prompt=[rng.choice(vocab) for _ in range(rng.randint(30, 80))], max_tokens=a.tokens,
                                ignore_eos=True)
 
-            rows[v]["recur"].append(phase(eng, recur, 6 * SLOTS))
-            rows[v]["noreuse"].append(phase(eng, fresh, 4 * SLOTS))
-    out = {"target": target, "slots": SLOTS, "tokens": a.tokens, "rounds": a.rounds,
+            rows[v]["recur"].append(phase(eng, recur, 6 * SLOTS, a.clients))
+            rows[v]["noreuse"].append(phase(eng, fresh, 4 * SLOTS, a.clients))
+    out = {"target": target, "slots": SLOTS, "clients": a.clients, "tokens": a.tokens, "rounds": a.rounds,
            "variants": {v: str(c) for v, c in VARIANTS.items()}, "results": {}}
     for v in VARIANTS:
         res = {}
@@ -110,14 +115,15 @@ def main(argv=None) -> int:
             ratio = statistics.median(o["ms_per_step"] / x["ms_per_step"] for x, o in zip(runs, rows["off"][ph]))
             res[ph] = {"ms_per_step": round(statistics.median(x["ms_per_step"] for x in runs), 3),
                        "speed_vs_off": round(ratio, 3), "rounds": runs}
-        dev = engines[v].prompt_cache.device
-        res["device"] = dev.metrics() if dev is not None else None
+        pc = engines[v].prompt_cache
+        res["device"] = pc.device.metrics() if pc.device is not None else None
+        res["residents"] = {"cut": pc.residents_cut, "dropped": pc.residents_dropped}
         out["results"][v] = res
         paired = {ph: [round(o["ms_per_step"] / x["ms_per_step"], 2) for x, o in zip(rows[v][ph], rows["off"][ph])]
                   for ph in ("recur", "noreuse")}
         print(f"{v}: " + "; ".join(f"{ph} {res[ph]['ms_per_step']:.2f} ms/step ({res[ph]['speed_vs_off']:.2f}x off, "
                                    f"rounds {paired[ph]})" for ph in ("recur", "noreuse"))
-              + f"; device {res['device']}", flush=True)
+              + f"; device {res['device']}; residents {res['residents']}", flush=True)
     for eng in engines.values():
         eng.close()
     if a.out:

@@ -102,7 +102,9 @@ def test_kept_sequences_give_way_to_running_requests(qwen):
     cells makes the tier give up its oldest entries first, so the running requests' reservations, the residents
     and the entries always fit the KV together, and no decode finds it full."""
     cfg = EngineConfig(n_slots=2, n_ctx_slot=256)
-    eng = Engine(qwen, cfg, cache=CacheConfig(device_cells=512, device_ids=8, keep_all=True, save_min_drop=8))
+    # kept cells unbounded by the load (share, floor): only the running requests' reservations make entries go
+    eng = Engine(qwen, cfg, cache=CacheConfig(device_cells=512, device_ids=8, keep_all=True, save_min_drop=8,
+                                              kept_share=8.0, kept_floor=4096))
     off = Engine(qwen, cfg, cache=OFF)
     cache = eng.prompt_cache
     prompts = [prompt(200 + i, 40 + 10 * (i % 5)) for i in range(12)]
@@ -129,9 +131,10 @@ def test_concurrent_hits_stay_lossless(qwen, tiny):
     """Four slots, recurring prompts of several lengths in bursts of six: device-tier hits land in slots beside
     running requests, and every output passes the regret gate against plain greedy decoding."""
     cfg = EngineConfig(n_slots=4, n_ctx_slot=320)
-    # entries may hold as many cells as the running requests (the default, a quarter, keeps about one entry here):
+    # kept cells may be several times what the running requests hold (the default, a quarter, keeps about one
+    # entry here beside the idle residents):
     # the point is hits beside running requests, not what they may cost
-    eng = Engine(qwen, cfg, cache=CacheConfig(device_share=1.0))
+    eng = Engine(qwen, cfg, cache=CacheConfig(kept_share=4.0))
     oracle = Oracle(tiny("qwen3").target)
     pool = [prompt(400 + i, 40 + 25 * i) for i in range(6)]
     rng = np.random.default_rng(5)
@@ -222,7 +225,7 @@ def test_entries_never_hit_leave_after_their_probation(qwen):
     is spanned by every later step's attention)."""
     cfg = EngineConfig(n_slots=2, n_ctx_slot=1024)
     # room (cells, ids, share) for every entry: only the probation can make them leave
-    eng = Engine(qwen, cfg, cache=CacheConfig(keep_all=True, save_min_drop=8, device_probation=3, device_share=8.0,
+    eng = Engine(qwen, cfg, cache=CacheConfig(keep_all=True, save_min_drop=8, device_probation=3, kept_share=8.0,
                                               device_cells=1536, device_ids=16))
     dev = eng.prompt_cache.device
     for i in range(12):
@@ -239,7 +242,7 @@ def test_kept_cells_follow_the_load(qwen):
     cfg = EngineConfig(n_slots=4, n_ctx_slot=512)
     held = {}
     for share in (0.25, 4.0):
-        cache = CacheConfig(keep_all=True, save_min_drop=8, device_share=share, device_floor=0)
+        cache = CacheConfig(keep_all=True, save_min_drop=8, kept_share=share, kept_floor=0)
         eng = Engine(qwen, cfg, cache=cache)
         pc = eng.prompt_cache
         pool = [prompt(600 + i, 60 + 10 * i) for i in range(8)]
@@ -247,10 +250,41 @@ def test_kept_cells_follow_the_load(qwen):
         most = 0
         while eng.has_work:
             eng.step()
-            budget = cache.device_budget(pc.reserved, cfg.n_ctx_slot)
+            budget = cache.kept_budget(pc.reserved, cfg.n_ctx_slot)
             if any(pc.reserved):
                 assert pc.device.used <= budget, (share, pc.device.used, budget, pc.metrics())
             most = max(most, pc.device.used)
         held[share] = most
         eng.close()
     assert 0 < held[0.25] < held[4.0], held
+
+
+def test_idle_residents_are_held_to_the_budget(qwen):
+    """Two requests at a time over four slots, prompts that never repeat: the two idle slots' sequences are kept
+    cells every running step's attention spans, so after every admission and release the residents and the entries
+    hold at most the budget (their answers go first), and outputs equal the cache-off engine's. Unbounded
+    (``bound_residents=False``, llama-server's way) the same traffic keeps whole sequences."""
+    cfg = EngineConfig(n_slots=4, n_ctx_slot=512)
+    off = Engine(qwen, cfg, cache=OFF)
+    kept = {}
+    for bound in (True, False):
+        cache = CacheConfig(kept_floor=0, bound_residents=bound)
+        eng = Engine(qwen, cfg, cache=cache)
+        pc = eng.prompt_cache
+        most = 0
+        for i in range(0, 12, 2):
+            batch = [prompt(700 + i, 40), prompt(701 + i, 50)]
+            reqs = [Request(p, max_tokens=48, ignore_eos=True) for p in batch]
+            eng.submit_all(reqs)
+            results = {}
+            while eng.has_work:
+                results.update((ev.request_id, ev.result) for ev in eng.step() if ev.finished)
+                budget = cache.kept_budget(pc.reserved, cfg.n_ctx_slot)
+                if bound and any(pc.reserved):
+                    assert pc._kept_cells() <= budget, (pc._kept_cells(), budget, pc.metrics())
+                most = max(most, pc._kept_cells())
+            assert [r.tokens for r in run_all(off, batch, 48)] == [results[r.id].tokens for r in reqs]
+        kept[bound] = (most, pc.residents_cut)
+        eng.close()
+    off.close()
+    assert kept[True][1] > 0 and kept[False][1] == 0 and kept[True][0] < kept[False][0], kept
