@@ -84,6 +84,11 @@ class DeviceCache(PrefixLRU):
         while self.entries and self.used > cells:
             self.evict_oldest()
 
+    def evict(self, key: int) -> None:
+        """Give up one entry (the prompt cache picks those whose cells no slot shares: ``PromptCache._kept_cells``)."""
+        self.evictions += 1
+        self._drop(self.remove(key))
+
     def restore(self, entry: Snapshot, dst: int) -> None:
         """Sequence ``dst`` (emptied first) shares all of the entry's cells, in both contexts."""
         for ctx in self.contexts:

@@ -109,6 +109,9 @@ class PromptCache:
         self.salt = salt
         self.resident: list[Optional[Snapshot]] = [None] * n  # released slots' sequences (states live in the KV)
         self.released_at = [0] * n  # the admission count when each resident was released (the oldest give way)
+        # device entries whose cells [0, n) each slot's sequence holds too (kept from it, or restored into it): while
+        # the slot runs or keeps its sequence they cost no cell of their own (``_kept_cells``)
+        self.cover: list[set[Snapshot]] = [set() for _ in range(n)]
         self.residents_cut = 0  # residents cut back to their prompt to hold kept cells to the budget
         self.residents_dropped = 0  # residents given up for the budget
         self.live_ckpts: list[list[Checkpoint]] = [[] for _ in range(n)]  # checkpoints of the running requests
@@ -274,15 +277,32 @@ class PromptCache:
                 return
             self._drop_resident(seq)
         if self.device is not None:
-            self.device.shrink_to(max(0, budget - self._kept_cells() + self.device.used))
+            covered = self._covered()
+            for key in [k for k, e in self.device.entries.items() if e not in covered]:  # least recently used first
+                if self._kept_cells() <= budget:
+                    return
+                self.device.evict(key)
         for seq in [s for s in idle if self.resident[s] is not None]:
             if self._kept_cells() <= budget:
                 return
             self._drop_resident(seq)
 
     def _kept_cells(self) -> int:
-        """KV cells idle residents and device entries hold (an upper bound: cells they share count for each)."""
-        return sum(r.n for r in self.resident if r is not None) + (self.device.used if self.device is not None else 0)
+        """KV cells idle residents and device entries hold beyond the running requests' own: an entry whose cells a
+        slot's sequence holds too costs nothing more (an upper bound otherwise: cells shared by entries, or by a
+        resident and a running request, count for each)."""
+        n = sum(r.n for r in self.resident if r is not None)
+        if self.device is not None:
+            covered = self._covered()
+            n += sum(e.n for e in self.device.entries.values() if e not in covered)
+        return n
+
+    def _covered(self) -> set:
+        return set().union(*self.cover)
+
+    def _uncover(self, seq: int, kept: int) -> None:
+        """Slot ``seq`` now holds only its first ``kept`` positions: entries longer than that are no longer its."""
+        self.cover[seq] = {e for e in self.cover[seq] if e.n <= kept}
 
     def _cut_to_prompt(self, seq: int) -> None:
         """An idle resident keeps its prompt alone, where its caches can be cut there (``_prompt_part``)."""
@@ -298,6 +318,7 @@ class PromptCache:
             log.info("slot %d: not cut back to its prompt: %s", seq, exc)
             self._drop_resident(seq)
             return
+        self._uncover(seq, part.n)
         part.checkpoints = [c for c in res.checkpoints if c.n <= part.n]
         part.n_prompt = part.n
         self.resident[seq] = part
@@ -355,8 +376,10 @@ class PromptCache:
         """Both full states into ``seq`` (a device entry's cells shared, a RAM entry's bytes copied in), all or
         nothing; then checked against the snapshot's bookkeeping."""
         try:
+            self.cover[seq] = set()
             if snap.seq >= 0:
                 self.device.restore(snap, seq)
+                self.cover[seq] = {snap}
             else:
                 state.state_seq_set(self.target, seq, snap.target)
                 if self.dctx is not None:
@@ -392,6 +415,7 @@ class PromptCache:
             if ckpt is not None:
                 state.state_seq_set(self.target, seq, ckpt.target, state.PARTIAL)
             self.target.seq_rm(seq, p)
+            self._uncover(seq, p)
             if self.dctx is not None and p <= f.usable():  # the drafter keeps its context up to p
                 if f.drafter_len > p:
                     self.dctx.seq_rm(seq, p)
@@ -422,6 +446,7 @@ class PromptCache:
         slot.pending, slot.feature_gap = [], False
 
     def _clear(self, seq: int) -> None:
+        self.cover[seq] = set()
         self.target.seq_rm(seq, 0)
         if self.dctx is not None:
             self.dctx.seq_rm(seq, 0)
@@ -441,6 +466,7 @@ class PromptCache:
         n = len(tokens)
         try:
             self.target.seq_rm(seq, n)
+            self._uncover(seq, n)
             feats = self._features_at(slot, n)
         except PydflashError as exc:
             log.info("slot %d: not kept for reuse: %s", seq, exc)
@@ -498,7 +524,7 @@ class PromptCache:
                 return
             part = self._prompt_part(seq, res)
             if part.n - keep >= self.cfg.save_min_drop:
-                self.device.keep(seq, part, protect, self.admissions)
+                self._share(seq, self.device.keep(seq, part, protect, self.admissions))
             return
         if self.ram is not None:
             self._to_ram(seq, res)
@@ -540,8 +566,14 @@ class PromptCache:
     def _keep_live(self, slot: Slot) -> None:
         """A device entry of a running slot's first n_past positions (they are all prompt), shared with it."""
         n = slot.n_past
-        self.device.keep(slot.seq, Snapshot(np.asarray(slot.prompt[:n], dtype=np.int32), self._features_at(slot, n),
-                                            recurs=True), admissions=self.admissions)
+        self._share(slot.seq, self.device.keep(slot.seq, Snapshot(np.asarray(slot.prompt[:n], dtype=np.int32),
+                                                                   self._features_at(slot, n), recurs=True),
+                                               admissions=self.admissions))
+
+    def _share(self, seq: int, entry: Optional[Snapshot]) -> None:
+        """A device entry just kept from slot ``seq``'s first positions: the slot holds its cells too."""
+        if entry is not None:
+            self.cover[seq].add(entry)
 
     def _outgrows_window(self, slot: Slot) -> bool:
         """Whether the sequence can run past the SWA window (then no later copy of it serves a trim to here)."""

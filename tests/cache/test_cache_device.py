@@ -252,7 +252,7 @@ def test_kept_cells_follow_the_load(qwen):
             eng.step()
             budget = cache.kept_budget(pc.reserved, cfg.n_ctx_slot)
             if any(pc.reserved):
-                assert pc.device.used <= budget, (share, pc.device.used, budget, pc.metrics())
+                assert pc._kept_cells() <= budget, (share, pc._kept_cells(), budget, pc.metrics())
             most = max(most, pc.device.used)
         held[share] = most
         eng.close()
@@ -288,3 +288,41 @@ def test_idle_residents_are_held_to_the_budget(qwen):
         eng.close()
     off.close()
     assert kept[True][1] > 0 and kept[False][1] == 0 and kept[True][0] < kept[False][0], kept
+
+
+def test_conversations_keep_their_reuse_under_the_budget(tiny):
+    """Gemma-3 (window 64), three conversations at once over four slots, a 100-token system prompt, four turns
+    each, every turn the transcript so far: each running conversation's prompt-end entry shares its cells with the
+    slot (no cell of its own), so holding kept cells to the budget gives none of them up, and every later turn
+    reuses its whole transcript but the new user lines. Outputs equal the cache-off engine's."""
+    g3 = tiny("gemma3")
+    pair = load_pair(g3.target, g3.drafter)
+    cfg = EngineConfig(n_slots=4, n_ctx_slot=640)
+    eng, off = Engine(pair, cfg, cache=CacheConfig(block=16)), Engine(pair, cfg, cache=OFF)
+    system = prompt(21, 100)
+    hist = [system + prompt(40 + c, 15)[1:] for c in range(3)]
+    live, turn, cached, total = {}, [0] * 3, 0, 0
+
+    def send(c):
+        r = Request(list(hist[c]), max_tokens=24, ignore_eos=True)
+        eng.submit(r)
+        live[r.id] = (c, r)
+
+    for c in range(3):
+        send(c)
+    while live:
+        for ev in eng.step():
+            if not ev.finished:
+                continue
+            c, r = live.pop(ev.request_id)
+            assert ev.result.tokens == off.generate(r.prompt, max_tokens=24, ignore_eos=True).tokens
+            if turn[c]:
+                cached, total = cached + ev.result.stats.n_cached, total + ev.result.stats.n_prompt
+            turn[c] += 1
+            if turn[c] < 4:
+                hist[c] = hist[c] + list(ev.result.tokens) + prompt(100 * turn[c] + c, 12)[1:]
+                send(c)
+    pc = eng.prompt_cache
+    assert cached >= 0.9 * total and pc.residents_dropped == 0, (cached, total, pc.metrics())
+    eng.close()
+    off.close()
