@@ -29,9 +29,11 @@ class CacheConfig:
     # attention spans the cells in use, so a kept cell costs every running request on every step, while a hit
     # saves one prefill. Kept cells are held to ``kept_share`` of the cells the running requests may come to hold,
     # or ``kept_floor`` cells spread over them (-1: one slot's share: few running requests pay little for it and
-    # keep their conversations), whichever is more. Over that, idle residents lose their answers first (the oldest
-    # released first: a conversation that did not come back), then the residents whose prompt never recurred, then
-    # device entries (least recently used), then the other residents. A device entry not hit within
+    # keep their conversations), whichever is more; idle residents' answers are held to the share alone (the floor
+    # is for prompts such as a long system prompt; an answer serves only its own conversation's next turn), cut
+    # oldest released first. Over the budget, the residents whose prompt never recurred leave, then device entries
+    # no slot shares (least recently used), then the other residents. An entry whose cells a slot's sequence holds
+    # too costs nothing of its own. A device entry not hit within
     # ``device_probation`` admissions after it was kept leaves (-1: as many as there are slots). On the H200
     # (2026-12-05) device entries kept up to a quarter of the KV, answers included, and almost never hit made
     # pydflash-server 0.59-0.85x of itself with the cache off on traffic that repeats nothing; on an H100 the same
@@ -87,6 +89,11 @@ class CacheConfig:
         floor = n_ctx_slot if self.kept_floor < 0 else self.kept_floor
         running = [r for r in reserved if r]
         return max(int(self.kept_share * sum(running)), floor // max(1, len(running)))
+
+    def answer_budget(self, reserved: list[int]) -> int:
+        """KV cells idle residents' answers may hold: the share alone (the floor keeps prompts for few running
+        requests, a long system prompt; an answer serves only its own conversation's next turn)."""
+        return int(self.kept_share * sum(reserved))
 
     def probation(self, n_slots: int) -> int:
         return n_slots if self.device_probation < 0 else self.device_probation

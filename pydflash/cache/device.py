@@ -78,12 +78,6 @@ class DeviceCache(PrefixLRU):
             self.expired += 1
             self.evictions += 1  # a kind of eviction (/metrics counts them together)
 
-    def shrink_to(self, cells: int) -> None:
-        """Least recently used out until the entries hold at most ``cells`` (those never hit leave by ``expire``:
-        here a new entry, not hit yet only because it is new, must not go before an old one)."""
-        while self.entries and self.used > cells:
-            self.evict_oldest()
-
     def evict(self, key: int) -> None:
         """Give up one entry (the prompt cache picks those whose cells no slot shares: ``PromptCache._kept_cells``)."""
         self.evictions += 1

@@ -256,46 +256,60 @@ class PromptCache:
     def _hold_to_budget(self) -> None:
         """Hold the kept cells, idle residents' and device entries', to what they may cost (``CacheConfig.
         kept_share``: in a unified KV every step's attention spans them). Device entries never hit within their
-        probation leave; then, while over: residents' answers (oldest released first), residents whose prompt
-        never recurred, device entries (least recently used), the other residents."""
+        probation leave; residents' answers (oldest released first) are cut while they hold more than the share
+        alone allows (the floor is for prompts, such as a long system prompt, not for answers); then, while over:
+        residents whose prompt never recurred, device entries no slot shares (least recently used), the other
+        residents."""
         if self.device is not None:
             self.device.expire(self.admissions, self.cfg.probation(self.config.n_slots))
         if not any(self.reserved):
             return  # nothing runs, so nothing pays for them: the next admission holds them to its load
         budget = self.cfg.kept_budget(self.reserved, self.config.n_ctx_slot)
         if not (self.cfg.bound_residents and self.config.kv_unified):  # KV streams: a resident costs only its slot
-            if self.device is not None:
-                self.device.shrink_to(budget)
+            self._evict_entries(lambda: self._entry_cells() <= budget)
             return
         idle = sorted((seq for seq, r in enumerate(self.resident) if r is not None), key=lambda s: self.released_at[s])
+        answers = {seq: self.resident[seq].n - part.n for seq in idle
+                   if (part := self._prompt_part(seq, self.resident[seq])) is not self.resident[seq]}
+        share = self.cfg.answer_budget(self.reserved)
         for seq in idle:
-            if self._kept_cells() <= budget:
-                return
-            self._cut_to_prompt(seq)
+            if self._kept_cells() <= budget and sum(answers.values()) <= share:
+                break
+            if answers.pop(seq, 0):
+                self._cut_to_prompt(seq)
         for seq in [s for s in idle if not self.resident[s].recurs]:
             if self._kept_cells() <= budget:
                 return
             self._drop_resident(seq)
-        if self.device is not None:
-            covered = self._covered()
-            for key in [k for k, e in self.device.entries.items() if e not in covered]:  # least recently used first
-                if self._kept_cells() <= budget:
-                    return
-                self.device.evict(key)
+        if self._evict_entries(lambda: self._kept_cells() <= budget):
+            return
         for seq in [s for s in idle if self.resident[s] is not None]:
             if self._kept_cells() <= budget:
                 return
             self._drop_resident(seq)
 
+    def _evict_entries(self, enough: Callable[[], bool]) -> bool:
+        """Give up device entries no slot shares, least recently used first, until ``enough()``; returns it."""
+        if self.device is not None:
+            covered = self._covered()
+            for key in [k for k, e in self.device.entries.items() if e not in covered]:
+                if enough():
+                    return True
+                self.device.evict(key)
+        return enough()
+
     def _kept_cells(self) -> int:
         """KV cells idle residents and device entries hold beyond the running requests' own: an entry whose cells a
         slot's sequence holds too costs nothing more (an upper bound otherwise: cells shared by entries, or by a
         resident and a running request, count for each)."""
-        n = sum(r.n for r in self.resident if r is not None)
-        if self.device is not None:
-            covered = self._covered()
-            n += sum(e.n for e in self.device.entries.values() if e not in covered)
-        return n
+        return sum(r.n for r in self.resident if r is not None) + self._entry_cells()
+
+    def _entry_cells(self) -> int:
+        """Cells of the device entries that no slot's sequence shares."""
+        if self.device is None:
+            return 0
+        covered = self._covered()
+        return sum(e.n for e in self.device.entries.values() if e not in covered)
 
     def _covered(self) -> set:
         return set().union(*self.cover)

@@ -326,3 +326,32 @@ def test_conversations_keep_their_reuse_under_the_budget(tiny):
     assert cached >= 0.9 * total and pc.residents_dropped == 0, (cached, total, pc.metrics())
     eng.close()
     off.close()
+
+
+def test_answers_are_held_to_the_share_alone(qwen):
+    """One request at a time over four slots, each slot's share large enough (the floor) for every idle sequence:
+    the floor keeps prompts, not answers, so while a request runs the idle slots hold their prompts alone (their
+    answers would cost every step of it), and a conversation's next turn, coming straight back to its slot, still
+    reuses its whole transcript. Outputs equal the cache-off engine's."""
+    cfg = EngineConfig(n_slots=4, n_ctx_slot=2048)
+    eng, off = Engine(qwen, cfg), Engine(qwen, cfg, cache=OFF)
+    pc = eng.prompt_cache
+    for i in range(4):
+        p = prompt(800 + i, 40)
+        r = Request(p, max_tokens=120, ignore_eos=True)
+        eng.submit(r)
+        eng.step()
+        idle = [res for res in pc.resident if res is not None]
+        assert len(idle) == i and all(res.n == res.n_prompt for res in idle), [(x.n, x.n_prompt) for x in idle]
+        out = {}
+        while eng.has_work:
+            out.update((ev.request_id, ev.result) for ev in eng.step() if ev.finished)
+        assert out[r.id].tokens == off.generate(p, max_tokens=120, ignore_eos=True).tokens
+    turn = p + list(out[r.id].tokens) + prompt(900, 10)[1:]
+    res = eng.generate(turn, max_tokens=8, ignore_eos=True)
+    # all but the last answer token (the KV never held it: it was sampled, not decoded)
+    assert res.stats.n_cached == len(p) + 119 and res.tokens == off.generate(turn, max_tokens=8,
+                                                                              ignore_eos=True).tokens
+    assert pc.residents_cut >= 3, pc.metrics()
+    eng.close()
+    off.close()
