@@ -277,7 +277,7 @@ class PromptCache:
                 break
             if answers.pop(seq, 0):
                 self._cut_to_prompt(seq)
-        for seq in [s for s in idle if not self.resident[s].recurs]:
+        for seq in [s for s in idle if self.resident[s] is not None and not self.resident[s].recurs]:
             if self._kept_cells() <= budget:
                 return
             self._drop_resident(seq)

@@ -76,6 +76,7 @@ def main(argv=None) -> int:
     ap.add_argument("--target", default="", help="a GGUF (default: the tiny qwen3 factory target)")
     ap.add_argument("--clients", type=int, default=8, help="requests running at once (of 16 slots)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of " + ", ".join(VARIANTS))
     ap.add_argument("--tokens", type=int, default=256, help="max_tokens of each request")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="")
@@ -87,11 +88,15 @@ def main(argv=None) -> int:
         target = str(write_tiny_pair(pathlib.Path(tempfile.gettempdir()) / "pydflash-kept-cells", "qwen3").target)
     cfg = EngineConfig(n_slots=SLOTS, n_ctx_slot=4096, n_gpu_layers=0, n_threads=a.threads, draft_max=0,
                        check_invariants=False)
-    engines = {v: api.load(target, None, config=cfg, cache=c).engine for v, c in VARIANTS.items()}
+    chosen = ["off"] + [v for v in a.variants.split(",") if v != "off"]  # the reference runs every round
+    unknown = [v for v in chosen if v not in VARIANTS]
+    if unknown:
+        ap.error(f"unknown variant(s) {unknown}: choose from {', '.join(VARIANTS)}")
+    engines = {v: api.load(target, None, config=cfg, cache=VARIANTS[v]).engine for v in chosen}
     n_vocab = engines["off"].target_ctx.n_vocab
-    rows = {v: {"recur": [], "noreuse": []} for v in VARIANTS}
+    rows = {v: {"recur": [], "noreuse": []} for v in chosen}
     for r in range(a.rounds):
-        order = list(VARIANTS)[r % len(VARIANTS):] + list(VARIANTS)[:r % len(VARIANTS)]
+        order = chosen[r % len(chosen):] + chosen[:r % len(chosen)]
         for v in order:
             rng = random.Random(1000 * r)  # every variant gets the same requests in a round
             vocab = range(10, min(n_vocab, 2000))
@@ -108,8 +113,8 @@ def main(argv=None) -> int:
             rows[v]["recur"].append(phase(eng, recur, 6 * SLOTS, a.clients))
             rows[v]["noreuse"].append(phase(eng, fresh, 4 * SLOTS, a.clients))
     out = {"target": target, "slots": SLOTS, "clients": a.clients, "tokens": a.tokens, "rounds": a.rounds,
-           "variants": {v: str(c) for v, c in VARIANTS.items()}, "results": {}}
-    for v in VARIANTS:
+           "variants": {v: str(VARIANTS[v]) for v in chosen}, "results": {}}
+    for v in chosen:
         res = {}
         for ph, runs in rows[v].items():
             ratio = statistics.median(o["ms_per_step"] / x["ms_per_step"] for x, o in zip(runs, rows["off"][ph]))
