@@ -492,7 +492,8 @@ class Engine:
             # features: with drafting paused at 16 slots, part of the ~80 us a step this change saved on a CPU host
             # (~1 % of a GPU step). Skip the query while neither the drafter context (no write since) nor this
             # slot's expectation moved: the answer would be the same
-            seen = (self.drafter.ctx.n_writes, slot.drafter_base, slot.drafter_len)
+            ctx = self.drafter.ctx
+            seen = (ctx.n_writes, ctx.seq_writes.get(slot.seq, 0), slot.drafter_base, slot.drafter_len)
             if seen == slot.drafter_checked:
                 return
             empty = slot.drafter_len == slot.drafter_base

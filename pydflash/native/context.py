@@ -201,9 +201,12 @@ class Context:
         self._iota = np.arange(0, dtype=np.int32)  # batch indices 0, 1, ...: picks passes slices of it
         self.t_native = 0.0  # seconds spent inside llama_decode (the engine's time split)
         self.n_decodes = 0  # token batches decoded: outputs read later must come from the batch they expect
-        # Calls that may change what the KV holds (decode, inject, seq_rm, clear, state restore): a check of the
-        # KV's extent can be skipped while this has not moved (the engine's per-step invariant, see Engine._check)
+        # Calls that may change what the KV holds (decode, inject, clear, state restore): a check of the KV's extent
+        # can be skipped while this has not moved (the engine's per-step invariant, see Engine._check). seq_rm and
+        # seq_cp change only the sequence they name (the prompt cache trims idle slots between steps: those must
+        # not send every running slot's check back to the KV), so they count per sequence in ``seq_writes``
         self.n_writes = 0
+        self.seq_writes: dict[int, int] = {}
         self._later: list[tuple[int, int]] = []  # rollbacks not yet made (seq_rm_later)
         self.n_bad_rows = 0  # sampled rows that did not hold together (see sampled)
 
@@ -457,7 +460,7 @@ class Context:
         self._seq_rm(seq_id, p0, p1)
 
     def _seq_rm(self, seq_id: int, p0: int, p1: int) -> None:
-        self.n_writes += 1
+        self._wrote(seq_id)
         if not memory_seq_rm(self._mem, seq_id, p0, p1):
             raise RollbackError(f"memory refused to remove positions [{p0}, {p1}) of sequence {seq_id}")
 
@@ -469,8 +472,14 @@ class Context:
         if not self.params.kv_unified:
             raise RollbackError("seq_cp between KV streams copies buffers: the engine keeps one stream for this")
         self.flush_rollbacks()
-        self.n_writes += 1
+        self._wrote(dst)
         memory_seq_cp(self._mem, src, dst, p0, p1)
+
+    def _wrote(self, seq_id: int) -> None:
+        if seq_id < 0:  # every sequence
+            self.n_writes += 1
+        else:
+            self.seq_writes[seq_id] = self.seq_writes.get(seq_id, 0) + 1
 
     def seq_rm_later(self, seq_id: int, p0: int) -> None:
         """Remove a sequence's positions from p0 on, before anything else reads or writes this context's memory
