@@ -12,7 +12,7 @@ mechanism shows with a tiny target, whose steps are mostly attention.
     python scripts/bench/kept_cells.py [--clients 8] [--target GGUF] [--rounds 3] [--out docs/results/.../x.json]
 
 At 16 clients every slot runs and only the device tier's entries are kept beside them; at 8, eight idle slots keep
-the sequences of the requests they served (on an H100, 2026-12-05: 11 % of a step at 8 of 16 slots).
+the sequences of the requests they served (on an H100, 2026-12-05: 14 % of a step at 8 of 16 slots).
 
 Default target: the tiny qwen3 factory pair (no sliding window, so a kept prompt can be cut from its answer, as
 with Gemma-3-270M and short requests). Per variant and phase: ms per step (median over rounds, interleaved) and the
