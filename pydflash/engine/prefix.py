@@ -269,8 +269,7 @@ class PromptCache:
             self._evict_entries(lambda: self._entry_cells() <= budget)
             return
         idle = sorted((seq for seq, r in enumerate(self.resident) if r is not None), key=lambda s: self.released_at[s])
-        answers = {seq: self.resident[seq].n - part.n for seq in idle
-                   if (part := self._prompt_part(seq, self.resident[seq])) is not self.resident[seq]}
+        answers = {seq: self.resident[seq].n - n for seq in idle if (n := self._prompt_end(seq, self.resident[seq]))}
         share = self.cfg.answer_budget(self.reserved)
         for seq in idle:
             if self._kept_cells() <= budget and sum(answers.values()) <= share:
@@ -547,10 +546,15 @@ class PromptCache:
         """What of a resident the device tier keeps: its prompt, where its caches can be cut there. Recurring traffic
         comes back to a prompt, not to one answer to it, and every kept cell costs every later step's attention;
         past the SWA window the sequence serves its whole length only, so it is kept whole."""
+        n = self._prompt_end(seq, res)
+        return Snapshot(res.tokens[:n], res.features.cut(n), recurs=res.recurs) if n else res
+
+    def _prompt_end(self, seq: int, res: Snapshot) -> int:
+        """Where a resident's prompt ends, if its caches can be cut there (0: kept whole; see ``_prompt_part``)."""
         n = res.n_prompt
         if self.cfg.keep_answers or not 0 < n < res.n or not self._swa_ok(self._swa_min(seq, res.n), n):
-            return res
-        return Snapshot(res.tokens[:n], res.features.cut(n), recurs=res.recurs)
+            return 0
+        return n
 
     def _spill(self, entry: Snapshot) -> None:
         """A device entry on its way out: into RAM, where there is a RAM tier (a copy out of the KV)."""

@@ -200,23 +200,22 @@ class StepRecorder:
         """Counters from the prompt cache's cumulative counts (by their increase), gauges as they are."""
         m = self.model
         ram, dev = pc.get("ram") or {}, pc.get("device") or {}
-        counts = {"reused": (CACHE_REUSED, pc["n_reused_tokens"]), "fallbacks": (CACHE_FALLBACKS, pc["fallbacks"]),
-                  "drafter_restarts": (CACHE_DRAFTER_RESTARTS, pc["drafter_restarts"]),
-                  "hits": (CACHE_HITS, ram.get("hits", 0)), "misses": (CACHE_MISSES, ram.get("misses", 0)),
-                  "evictions": (CACHE_EVICTIONS, ram.get("evictions", 0)),
-                  "device_hits": (DEVICE_HITS, dev.get("hits", 0)),
-                  "device_misses": (DEVICE_MISSES, dev.get("misses", 0)),
-                  "device_evictions": (DEVICE_EVICTIONS, dev.get("evictions", 0))}
+        counts = {"reused": (CACHE_REUSED.labels(m), pc["n_reused_tokens"]),
+                  "fallbacks": (CACHE_FALLBACKS.labels(m), pc["fallbacks"]),
+                  "drafter_restarts": (CACHE_DRAFTER_RESTARTS.labels(m), pc["drafter_restarts"]),
+                  "hits": (CACHE_HITS.labels(m), ram.get("hits", 0)),
+                  "misses": (CACHE_MISSES.labels(m), ram.get("misses", 0)),
+                  "evictions": (CACHE_EVICTIONS.labels(m), ram.get("evictions", 0)),
+                  "device_hits": (DEVICE_HITS.labels(m), dev.get("hits", 0)),
+                  "device_misses": (DEVICE_MISSES.labels(m), dev.get("misses", 0)),
+                  "device_evictions": (DEVICE_EVICTIONS.labels(m), dev.get("evictions", 0)),
+                  "cut": (SLOT_GIVEN_UP.labels(m, "cut"), pc.get("residents_cut", 0)),
+                  "dropped": (SLOT_GIVEN_UP.labels(m, "dropped"), pc.get("residents_dropped", 0))}
         for key, (counter, total) in counts.items():
             seen = self._cache_seen.get(key, 0)
             if total > seen:
-                counter.labels(m).inc(total - seen)
+                counter.inc(total - seen)
                 self._cache_seen[key] = total
-        for how in ("cut", "dropped"):
-            total, seen = pc.get(f"residents_{how}", 0), self._cache_seen.get(how, 0)
-            if total > seen:
-                SLOT_GIVEN_UP.labels(m, how).inc(total - seen)
-                self._cache_seen[how] = total
         CACHE_BYTES.labels(m).set(ram.get("bytes", 0))
         CACHE_ENTRIES.labels(m).set(ram.get("entries", 0))
         DEVICE_CELLS.labels(m).set(dev.get("cells", 0))
