@@ -258,8 +258,8 @@ class PromptCache:
         kept_share``: in a unified KV every step's attention spans them). Device entries never hit within their
         probation leave; residents' answers (oldest released first) are cut while they hold more than the share
         alone allows (the floor is for prompts, such as a long system prompt, not for answers); then, while over:
-        residents whose prompt never recurred, device entries no slot shares (least recently used), the other
-        residents."""
+        residents whose prompt never recurred (past the share, all but the newest one per running request), device
+        entries no slot shares (least recently used), the other residents."""
         if self.device is not None:
             self.device.expire(self.admissions, self.cfg.probation(self.config.n_slots))
         if not any(self.reserved):
@@ -276,9 +276,15 @@ class PromptCache:
                 break
             if answers.pop(seq, 0):
                 self._cut_to_prompt(seq)
-        for seq in [s for s in idle if self.resident[s] is not None and not self.resident[s].recurs]:
-            if self._kept_cells() <= budget:
-                return
+        # Past the share, the floor keeps one prompt that never recurred per running request, the newest: what a
+        # conversation's next turn comes back to. More of them (a request alone beside fifteen idle slots of
+        # never-repeating traffic) cost every step and are almost never hit.
+        once = [s for s in idle if self.resident[s] is not None and not self.resident[s].recurs]
+        n_running = sum(1 for r in self.reserved if r)
+        for i, seq in enumerate(once):
+            kept = self._kept_cells()
+            if kept <= budget and (kept <= share or len(once) - i <= n_running):
+                break
             self._drop_resident(seq)
         if self._evict_entries(lambda: self._kept_cells() <= budget):
             return

@@ -330,9 +330,10 @@ def test_conversations_keep_their_reuse_under_the_budget(tiny):
 
 def test_answers_are_held_to_the_share_alone(qwen):
     """One request at a time over four slots, each slot's share large enough (the floor) for every idle sequence:
-    the floor keeps prompts, not answers, so while a request runs the idle slots hold their prompts alone (their
-    answers would cost every step of it), and a conversation's next turn, coming straight back to its slot, still
-    reuses its whole transcript. Outputs equal the cache-off engine's."""
+    the floor keeps prompts, not answers, and of prompts that never recurred only the newest, one per running
+    request: while a request runs one idle slot holds its prompt alone (answers and older one-off prompts would cost
+    every step of it), and a conversation's next turn, coming straight back to its slot, still reuses its whole
+    transcript. Outputs equal the cache-off engine's."""
     cfg = EngineConfig(n_slots=4, n_ctx_slot=2048)
     eng, off = Engine(qwen, cfg), Engine(qwen, cfg, cache=OFF)
     pc = eng.prompt_cache
@@ -342,7 +343,7 @@ def test_answers_are_held_to_the_share_alone(qwen):
         eng.submit(r)
         eng.step()
         idle = [res for res in pc.resident if res is not None]
-        assert len(idle) == i and all(res.n == res.n_prompt for res in idle), [(x.n, x.n_prompt) for x in idle]
+        assert len(idle) == min(i, 1) and all(res.n == res.n_prompt for res in idle), [(x.n, x.n_prompt) for x in idle]
         out = {}
         while eng.has_work:
             out.update((ev.request_id, ev.result) for ev in eng.step() if ev.finished)
@@ -352,6 +353,6 @@ def test_answers_are_held_to_the_share_alone(qwen):
     # all but the last answer token (the KV never held it: it was sampled, not decoded)
     assert res.stats.n_cached == len(p) + 119 and res.tokens == off.generate(turn, max_tokens=8,
                                                                               ignore_eos=True).tokens
-    assert pc.residents_cut >= 3, pc.metrics()
+    assert pc.residents_cut >= 3 and pc.residents_dropped >= 2, pc.metrics()
     eng.close()
     off.close()
