@@ -75,6 +75,7 @@ class Snapshot:
     # its prompt shared a prefix with earlier traffic (the prompt cache's second-sight rule, engine/prefix.py)
     recurs: bool = False
     n_prompt: int = 0  # a resident: how many leading positions were its request's prompt (0: unknown, all)
+    talks: bool = False  # a resident whose request reused an earlier answer: a conversation's turn (the grace)
 
     @property
     def n(self) -> int:

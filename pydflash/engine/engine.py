@@ -229,6 +229,7 @@ class Engine:
         active = [s for s in self.slots if s is not None]
         if not active:
             return []
+        self.prompt_cache.tick()
         clock = self._clock()
         running = [s for s in active if s.prefilled]
         prefilling = sorted((s for s in active if not s.prefilled), key=lambda s: s.admitted)

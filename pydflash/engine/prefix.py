@@ -108,7 +108,8 @@ class PromptCache:
         self.seen: "OrderedDict[bytes, None]" = OrderedDict()  # recent prompts' first blocks (second sight)
         self.salt = salt
         self.resident: list[Optional[Snapshot]] = [None] * n  # released slots' sequences (states live in the KV)
-        self.released_at = [0] * n  # the admission count when each resident was released (the oldest give way)
+        self.steps = 0  # engine steps that ran a request (``tick``)
+        self.released_at = [0] * n  # the step when each resident was released (the oldest give way; the grace)
         # device entries whose cells [0, n) each slot's sequence holds too (kept from it, or restored into it): while
         # the slot runs or keeps its sequence they cost no cell of their own (``_kept_cells``)
         self.cover: list[set[Snapshot]] = [set() for _ in range(n)]
@@ -116,6 +117,7 @@ class PromptCache:
         self.residents_dropped = 0  # residents given up for the budget
         self.live_ckpts: list[list[Checkpoint]] = [[] for _ in range(n)]  # checkpoints of the running requests
         self.recurs = [False] * n  # whether each running request's prompt recurs (kept with its resident)
+        self.talks = [False] * n  # whether each running request's reuse reached into an earlier answer
         self.reserved = [0] * n  # KV cells each running request may come to hold, 0 for a free slot (_make_room)
         self.branch = [0] * n  # where each prefilling prompt leaves what earlier traffic shared (``_branch_at``)
         self.n_reused = 0  # prompt tokens not prefilled thanks to the cache, all requests
@@ -158,7 +160,7 @@ class PromptCache:
         self.live_ckpts[seq] = []
         self.reserved[seq] = min(self.config.n_ctx_slot, len(tokens) + slot.request.max_tokens + self.block_size)
         if not (self.enabled and cache_prompt) or limit <= 0:
-            self.recurs[seq] = False
+            self.recurs[seq] = self.talks[seq] = False
             self._save(seq, res, 0)
             self._clear(seq)
             self._make_room()
@@ -188,6 +190,7 @@ class PromptCache:
             self._clear(seq)
         seen = self._seen_before(tokens)  # (remembered whatever the reuse)
         self.recurs[seq] = seen or n >= self.cfg.block
+        self.talks[seq] = src is not None and 0 < src.n_prompt < n  # the client sent an answer back: a conversation
         self.branch[seq] = self._branch_at(slot, tokens[:limit], n, res)
         self.n_reused += n
         if n:
@@ -268,7 +271,8 @@ class PromptCache:
         if not (self.cfg.bound_residents and self.config.kv_unified):  # KV streams: a resident costs only its slot
             self._evict_entries(lambda: self._entry_cells() <= budget)
             return
-        idle = sorted((seq for seq, r in enumerate(self.resident) if r is not None), key=lambda s: self.released_at[s])
+        idle = sorted((seq for seq, r in enumerate(self.resident) if r is not None and not self._in_grace(seq)),
+                      key=lambda s: self.released_at[s])
         answers = {seq: self.resident[seq].n - n for seq in idle if (n := self._prompt_end(seq, self.resident[seq]))}
         share = self.cfg.answer_budget(self.reserved)
         for seq in idle:
@@ -306,8 +310,25 @@ class PromptCache:
     def _kept_cells(self) -> int:
         """KV cells idle residents and device entries hold beyond the running requests' own: an entry whose cells a
         slot's sequence holds too costs nothing more (an upper bound otherwise: cells shared by entries, or by a
-        resident and a running request, count for each)."""
-        return sum(r.n for r in self.resident if r is not None) + self._entry_cells()
+        resident and a running request, count for each). Residents in their grace are not counted yet."""
+        return (sum(r.n for seq, r in enumerate(self.resident) if r is not None and not self._in_grace(seq))
+                + self._entry_cells())
+
+    def tick(self) -> None:
+        """An engine step that runs requests begins (the residents' grace is counted in these); a resident whose
+        grace ends now is held to the budget with the others at once, not at the next admission or release."""
+        self.steps += 1
+        g = self.cfg.release_grace
+        if g and any(r is not None and r.talks and self.steps - self.released_at[s] == g
+                     for s, r in enumerate(self.resident)):
+            self._hold_to_budget()
+
+    def _in_grace(self, seq: int) -> bool:
+        """Whether slot ``seq``'s resident is a conversation's turn released under ``CacheConfig.release_grace``
+        steps ago: neither cut nor given up for the budget, nor counted in it, since a closed-loop client's next
+        turn comes back within a few steps."""
+        res = self.resident[seq]
+        return res is not None and res.talks and self.steps - self.released_at[seq] < self.cfg.release_grace
 
     def _entry_cells(self) -> int:
         """Cells of the device entries that no slot's sequence shares."""
@@ -494,8 +515,8 @@ class PromptCache:
             return
         self.resident[seq] = Snapshot(np.asarray(tokens, dtype=np.int32), feats,
                                       checkpoints=[c for c in ckpts if c.n <= n], recurs=self.recurs[seq],
-                                      n_prompt=min(len(slot.prompt), n))
-        self.released_at[seq] = self.admissions
+                                      n_prompt=min(len(slot.prompt), n), talks=self.talks[seq])
+        self.released_at[seq] = self.steps
         self._hold_to_budget()  # one request fewer running: the kept cells' share of the KV shrinks with the load
 
     def _features_at(self, slot: Slot, n: int) -> Features:

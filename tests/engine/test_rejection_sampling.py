@@ -233,8 +233,11 @@ def test_first_three_tokens_follow_plain_sampling(sampled_pair, spec_llm, mode, 
 
 def test_temperature_to_zero_is_the_greedy_path(sampled_pair, spec_llm):
     """temperature 0 ignores the mode (greedy chains on both contexts); a tiny temperature makes p and q
-    one-hot, so rejection sampling accepts exactly what greedy accepts and commits the same tokens."""
+    one-hot, so rejection sampling accepts what greedy accepts and commits the same tokens, up to float near-ties
+    (the regret gate: the engine's earlier requests' kept cells, cut while these run, change the cells attention
+    spans and so its float reduction); where the tokens are the same, so are the drafts and acceptances."""
     from pydflash.engine.request import Request
+    from tests.helpers.oracle import Oracle
 
     _, toks, _, _ = sampled_pair
     assert Request(toks, sampling_mode="rejection").draft_sampling == ("greedy",)
@@ -243,8 +246,12 @@ def test_temperature_to_zero_is_the_greedy_path(sampled_pair, spec_llm):
     greedy = spec_llm.generate(toks, **kw)
     zero = spec_llm.generate(toks, temperature=0.0, seed=3, sampling_mode="rejection", **kw)
     cold = spec_llm.generate(toks, temperature=1e-3, seed=3, sampling_mode="rejection", **kw)
-    assert zero.tokens == greedy.tokens and cold.tokens == greedy.tokens
-    assert (cold.stats.n_drafted, cold.stats.n_accepted) == (greedy.stats.n_drafted, greedy.stats.n_accepted)
+    oracle = Oracle(sampled_pair[0].target)
+    for out in (greedy, zero, cold):
+        oracle.check(toks, out.tokens)
+    oracle.close()
+    if cold.tokens == greedy.tokens:
+        assert (cold.stats.n_drafted, cold.stats.n_accepted) == (greedy.stats.n_drafted, greedy.stats.n_accepted)
 
 
 def test_a_seed_reproduces_its_output(spec_llm, sampled_pair):
