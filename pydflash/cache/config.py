@@ -35,12 +35,12 @@ class CacheConfig:
     # request, the newest (a conversation's next turn; a request alone beside fifteen idle slots of one-off prompts
     # paid for all of them: 0.76x of the cache off on a CPU, 0.88x with one). Over the budget, the residents whose
     # prompt never recurred leave, then device entries no slot shares (least recently used), then the other
-    # residents. An entry whose cells a slot's sequence holds
-    # too costs nothing of its own. A device entry not hit within ``device_probation`` admissions after it was kept
-    # leaves (-1: as many as there are slots). On the H200 (2026-12-05) device entries kept up to a quarter of the
-    # KV, answers included, and almost never hit made pydflash-server 0.59-0.85x of itself with the cache off on
-    # traffic that repeats nothing; on an H100 the same day, with those bounded, eight idle slots' whole sequences
-    # beside eight running requests still cost 14 % of a step.
+    # residents. An entry whose cells a slot's sequence holds too costs nothing of its own. A device entry not hit
+    # within ``device_probation`` admissions after it was kept leaves (-1: as many as there are slots). On the H200
+    # (2026-12-05) device entries kept up to a quarter of the KV, answers included, and almost never hit made
+    # pydflash-server 0.59-0.85x of itself with the cache off on traffic that repeats nothing; on an H100 the same
+    # day, with those bounded, eight idle slots' whole sequences beside eight running requests still cost 14 % of a
+    # step.
     kept_share: float = 0.25
     kept_floor: int = -1
     device_probation: int = -1
