@@ -35,19 +35,19 @@ class PrefixLRU:
 
     def lookup(self, tokens, limit: int) -> Optional[tuple[int, Snapshot, int]]:
         """The entry sharing the longest prefix (at least one block) with tokens[:limit]: (key, entry, length)."""
+        found = self.candidates(tokens, limit)
+        return found[0] if found else None
+
+    def candidates(self, tokens, limit: int) -> list[tuple[int, Snapshot, int]]:
+        """Every entry sharing at least one block with tokens[:limit], as (key, entry, length): the longest shared
+        prefix first; among equals the shortest entry (one that ends where the prefix ends serves it whole, as a
+        sliding-window sequence past its window must: a conversation's later turns share as much with its first
+        turn's prompt as that turn's own entry does, and only that one can serve it), then the oldest."""
         probe = blocks.chain(tokens[:limit], self.seed, self.block)
-        for depth in range(len(probe) - 1, -1, -1):
-            keys = self._index.get(probe[depth])
-            if not keys:
-                continue
-            best = None
-            for key in sorted(keys):  # sorted: the same entry wins a tie on every run
-                snap = self.entries[key]
-                n = blocks.common_prefix(snap.tokens, tokens[:limit])
-                if best is None or n > best[2]:
-                    best = (key, snap, n)
-            return best
-        return None
+        keys = self._index.get(probe[0], ()) if probe else ()
+        found = [(key, self.entries[key], blocks.common_prefix(self.entries[key].tokens, tokens[:limit]))
+                 for key in keys]
+        return sorted(found, key=lambda c: (-c[2], c[1].n, c[0]))
 
     def hit(self, key: int) -> None:
         self.entries.move_to_end(key)

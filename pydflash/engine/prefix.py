@@ -203,16 +203,21 @@ class PromptCache:
     def _lookup(self, tokens: list[int], limit: int, quiet: bool = False) -> Optional[Found]:
         """The longest usable prefix in the device tier, or in RAM where that one is longer (a RAM restore copies
         the state in: the device's is free)."""
-        best = None
+        best, unusable = None, None
         for tier in (self.device, self.ram):
-            hit = tier.lookup(tokens, limit) if tier is not None else None
-            if hit is None:
-                continue
-            key, entry, n_common = hit
-            swa_min = self._swa_min(entry.seq, entry.n) if entry.seq >= 0 else entry.swa_min
-            p, ckpt = self._plan(entry, swa_min, n_common, quiet=quiet)
-            if p > (best.p if best is not None else 0):
-                best = Found(tier, key, entry, p, ckpt)
+            # every entry sharing a block, longest shared prefix first: past an SWA window the longest may serve
+            # nothing while a shorter one serves its whole length
+            for key, entry, n_common in tier.candidates(tokens, limit) if tier is not None else ():
+                if n_common <= (best.p if best is not None else 0):
+                    break
+                swa_min = self._swa_min(entry.seq, entry.n) if entry.seq >= 0 else entry.swa_min
+                p, ckpt = self._plan(entry, swa_min, n_common, quiet=True)
+                if p > (best.p if best is not None else 0):
+                    best = Found(tier, key, entry, p, ckpt)
+                elif unusable is None:
+                    unusable = (entry, swa_min, n_common)
+        if best is None and unusable is not None and not quiet:
+            self._plan(*unusable)  # logged and counted: a cached prefix found but not used
         return best
 
     def _seen_before(self, tokens: list[int]) -> bool:
@@ -236,7 +241,10 @@ class PromptCache:
         if self.device is None or not self.n_swa or not self._outgrows_window(slot):
             return 0
         kept = [r for r in self.resident + [was] if r is not None] + list(self.device.entries.values())
-        shared = max((blocks.common_prefix(r.tokens, prompt) for r in kept), default=0)
+        # where the prompt parts from a kept sequence inside it: one it shares whole (an earlier turn of its own
+        # conversation, this prompt sent again) is served by the prompt-end entry (``after_prefill``), while the
+        # point where it parts from other conversations (their system prompt) serves every new one
+        shared = max((c for r in kept if (c := blocks.common_prefix(r.tokens, prompt)) < len(prompt)), default=0)
         return shared if shared >= self.cfg.block and shared > n else 0
 
     def chunk_end(self, slot: Slot) -> Optional[int]:

@@ -414,3 +414,29 @@ def test_a_conversation_keeps_its_transcript_through_its_turnaround(tiny):
     bare = conversations_with_turnaround(pair, CacheConfig(block=16, release_grace=0), oracle)
     oracle.close()
     assert graced[0] >= 0.93 * graced[1] and bare[0] < graced[0], (graced, bare)
+
+
+def test_a_conversation_sent_again_reuses_its_first_turn(tiny):
+    """Gemma-3 (window 64): a conversation whose first turn comes back three times, its later turns different each
+    time (a client replaying a system prompt and first question). The later turns' device entries share as much
+    with the first turn's prompt as that turn's own prompt-end entry does, but past the window only the entry that
+    ends there can serve it: the lookup weighs every entry sharing a block, not the first of the longest (the
+    oldest, a later turn's here), so the third time the first turn reuses all of its prompt but the last token
+    (before: none of it, every time). Outputs pass the regret gate."""
+    g3 = tiny("gemma3")
+    pair = load_pair(g3.target, g3.drafter)
+    # room for the entries of three runs, kept past the default probation (the point is which one is found)
+    eng = Engine(pair, EngineConfig(n_slots=4, n_ctx_slot=2048), cache=CacheConfig(block=16, device_probation=100))
+    oracle = Oracle(g3.target)
+    first = []
+    for run in range(3):
+        hist = prompt(23, 200) + prompt(61, 15)[1:]
+        for turn in range(4):
+            r = eng.generate(list(hist), max_tokens=20, ignore_eos=True)
+            oracle.check(hist, r.tokens)
+            if turn == 0:
+                first.append(r.stats.n_cached)
+            hist = hist + list(r.tokens) + prompt(300 + 10 * run + turn, 10)[1:]
+    eng.close()
+    oracle.close()
+    assert first == [0, 0, 213], first
