@@ -333,9 +333,9 @@ def test_answers_are_held_to_the_share_alone(qwen, tiny):
     the floor keeps prompts, not answers, and of prompts that never recurred only the newest, one per running
     request: while a request runs one idle slot holds its prompt alone (answers and older one-off prompts would cost
     every step of it), and a conversation's next turn, coming straight back to its slot, still reuses its whole
-    transcript. (Past the release grace: a released sequence is kept whole for a few steps, for a closed-loop
-    client's next turn.) Outputs pass the regret gate: cutting idle sequences while a request decodes changes the
-    cells its attention spans, and with them the kernel's float reduction."""
+    transcript. (Checked past the release grace, which only a conversation's turn has.) Outputs pass the regret
+    gate: cutting idle sequences while a request decodes changes the cells its attention spans, and with them the
+    kernel's float reduction."""
     cfg = EngineConfig(n_slots=4, n_ctx_slot=2048)
     eng, off = Engine(qwen, cfg), Engine(qwen, cfg, cache=OFF)
     oracle = Oracle(tiny("qwen3").target)
@@ -344,7 +344,7 @@ def test_answers_are_held_to_the_share_alone(qwen, tiny):
         p = prompt(800 + i, 40)
         r = Request(p, max_tokens=120, ignore_eos=True)
         eng.submit(r)
-        for _ in range(pc.cfg.release_grace + 1):  # past the grace of the request just released
+        for _ in range(pc.cfg.release_grace + 1):  # past any grace of the request just released
             eng.step()
         idle = [res for res in pc.resident if res is not None]
         assert len(idle) == min(i, 1) and all(res.n == res.n_prompt for res in idle), [(x.n, x.n_prompt) for x in idle]
