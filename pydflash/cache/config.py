@@ -99,12 +99,11 @@ class CacheConfig:
         """KV cells idle residents and device entries may hold while requests that may come to hold ``reserved``
         cells run: their attention spans the kept cells too, so the budget follows the load (see ``kept_share``)."""
         floor = n_ctx_slot if self.kept_floor < 0 else self.kept_floor
-        running = [r for r in reserved if r]
-        return max(int(self.kept_share * sum(running)), floor // max(1, len(running)))
+        return max(self.share(reserved), floor // max(1, sum(1 for r in reserved if r)))
 
-    def answer_budget(self, reserved: list[int]) -> int:
-        """KV cells idle residents' answers may hold: the share alone (the floor keeps prompts for few running
-        requests, a long system prompt; an answer serves only its own conversation's next turn)."""
+    def share(self, reserved: list[int]) -> int:
+        """``kept_share`` of the cells the running requests may come to hold: the budget without its floor, and all
+        that idle residents' answers and (past one per running request) never-recurring prompts may hold."""
         return int(self.kept_share * sum(reserved))
 
     def probation(self, n_slots: int) -> int:

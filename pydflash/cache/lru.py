@@ -33,11 +33,6 @@ class PrefixLRU:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def lookup(self, tokens, limit: int) -> Optional[tuple[int, Snapshot, int]]:
-        """The entry sharing the longest prefix (at least one block) with tokens[:limit]: (key, entry, length)."""
-        found = self.candidates(tokens, limit)
-        return found[0] if found else None
-
     def candidates(self, tokens, limit: int) -> list[tuple[int, Snapshot, int]]:
         """Every entry sharing at least one block with tokens[:limit], as (key, entry, length): the longest shared
         prefix first; among equals the shortest entry (one that ends where the prefix ends serves it whole, as a

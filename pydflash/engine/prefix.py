@@ -109,6 +109,7 @@ class PromptCache:
         self.salt = salt
         self.resident: list[Optional[Snapshot]] = [None] * n  # released slots' sequences (states live in the KV)
         self.steps = 0  # engine steps that ran a request (``tick``)
+        self.grace_ends: set[int] = set()  # steps at which a released conversation turn's grace ends (``tick``)
         self.released_at = [0] * n  # the step when each resident was released (the oldest give way; the grace)
         # device entries whose cells [0, n) each slot's sequence holds too (kept from it, or restored into it): while
         # the slot runs or keeps its sequence they cost no cell of their own (``_kept_cells``)
@@ -282,7 +283,7 @@ class PromptCache:
         idle = sorted((seq for seq, r in enumerate(self.resident) if r is not None and not self._in_grace(seq)),
                       key=lambda s: self.released_at[s])
         answers = {seq: self.resident[seq].n - n for seq in idle if (n := self._prompt_end(seq, self.resident[seq]))}
-        share = self.cfg.answer_budget(self.reserved)
+        share = self.cfg.share(self.reserved)
         for seq in idle:
             if self._kept_cells() <= budget and sum(answers.values()) <= share:
                 break
@@ -326,9 +327,8 @@ class PromptCache:
         """An engine step that runs requests begins (the residents' grace is counted in these); a resident whose
         grace ends now is held to the budget with the others at once, not at the next admission or release."""
         self.steps += 1
-        g = self.cfg.release_grace
-        if g and any(r is not None and r.talks and self.steps - self.released_at[s] == g
-                     for s, r in enumerate(self.resident)):
+        if self.steps in self.grace_ends:
+            self.grace_ends.discard(self.steps)
             self._hold_to_budget()
 
     def _in_grace(self, seq: int) -> bool:
@@ -525,6 +525,8 @@ class PromptCache:
                                       checkpoints=[c for c in ckpts if c.n <= n], recurs=self.recurs[seq],
                                       n_prompt=min(len(slot.prompt), n), talks=self.talks[seq])
         self.released_at[seq] = self.steps
+        if self.talks[seq] and self.cfg.release_grace:
+            self.grace_ends.add(self.steps + self.cfg.release_grace)
         self._hold_to_budget()  # one request fewer running: the kept cells' share of the KV shrinks with the load
 
     def _features_at(self, slot: Slot, n: int) -> Features:

@@ -39,17 +39,17 @@ def test_ram_longest_prefix_lru_and_cap():
     s1, s2 = snap(list(range(200)), 4096), snap(list(range(100)) + [9] * 100, 4096)
     cache = RamCache(cap_bytes=2 * s1.nbytes + 10, seed=SEED, block=32)
     assert cache.put(s1)[0] and cache.put(s2)[0]
-    key, got, n = cache.lookup(list(range(150)) + [5] * 10, limit=159)
+    key, got, n = cache.candidates(list(range(150)) + [5] * 10, limit=159)[0]
     assert got is s1 and n == 150  # runs into the partial block past the last shared full block
-    key2, got2, n2 = cache.lookup(list(range(100)) + [9] * 50, limit=140)
+    key2, got2, n2 = cache.candidates(list(range(100)) + [9] * 50, limit=140)[0]
     assert got2 is s2 and n2 == 140  # capped by limit
-    assert cache.lookup([5] * 64, limit=63) is None
+    assert cache.candidates([5] * 64, limit=63) == []
     cache.hit(key)  # s1 most recently used: s2 goes first
     s3 = snap([3] * 120, 4096)
     assert cache.put(s3)[0]
     assert cache.evictions == 1 and got2 not in cache.entries.values() and s1 in cache.entries.values()
     assert cache.bytes == s1.nbytes + s3.nbytes <= cache.cap
-    assert cache.lookup(list(range(100)) + [9] * 50, 140)[1] is s1  # s2 evicted; s1 still shares 100 tokens
+    assert cache.candidates(list(range(100)) + [9] * 50, 140)[0][1] is s1  # s2 evicted; s1 still shares 100 tokens
     assert not cache.put(snap(list(range(64)), 1 << 16))[0]  # larger than the whole cap: not kept
     assert cache.put(snap(list(range(200)), 4096))[0] and len(cache) == 2  # same tokens: replaces s1
 
