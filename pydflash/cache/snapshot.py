@@ -29,13 +29,19 @@ class Features:
         """End of the positions with known features."""
         return self.drafter_len + len(self.positions)
 
-    def usable(self) -> int:
-        """How many leading positions have features in the drafter or pending: a reuse up to here keeps the
-        drafter's context; past it the drafter restarts at the reuse point (engine/prefix.py ``_trim``).
+    def keeps_context(self, p: int) -> bool:
+        """Whether a reuse of the first p positions keeps the drafter's context: its KV holds features of
+        [drafter_base, min(drafter_len, p)) and the rows pending carry on from there up to p. Past the features
+        (decoded while adaptive drafting had extraction paused), or before drafter_base (the context restarted
+        after a pause), the drafter's context restarts at the reuse point (engine/prefix.py ``_trim``)."""
+        return self.drafter_base <= p <= self.n_featured
 
-        After a pause the drafter context restarted at drafter_base > 0: the features of [0, drafter_base) are
-        gone, so no prefix keeps the drafter's context."""
-        return 0 if self.drafter_base > 0 else self.n_featured
+    def context_end(self, p: int) -> int:
+        """The longest reuse of at most p positions that keeps the drafter's context (see ``keeps_context``);
+        0 where none does."""
+        if self.keeps_context(p):
+            return p
+        return self.n_featured if self.drafter_base <= self.n_featured < p else 0
 
     @property
     def nbytes(self) -> int:

@@ -589,11 +589,22 @@ class Engine:
                 self._rngs[i] = rejection.seeded_rng(req._seed, 1)
             # both KV caches and the feature bookkeeping brought to the longest usable cached prefix: only the rest
             # of the prompt goes through the target
-            n_cached = slot.stats.n_cached = self.prompt_cache.admit(slot, tokens, req.cache_prompt)
+            n_cached = slot.stats.n_cached = self.prompt_cache.admit(slot, tokens, req.cache_prompt,
+                                                                     self._drafter_lead(draft))
             del slot.prefill[:n_cached]
             if slot.prefilled:
                 self.prompt_cache.after_prefill(slot)
             self.slots[i] = slot
+
+    def _drafter_lead(self, draft_max: int) -> int:
+        """Positions before a reused prefix's end whose target features a request admitted now should give its
+        drafter (``PromptCache.admit``): a probe's lead-in where it is likely to draft soon, else none (a reuse
+        past the features costs a paused engine nothing: its drafter restarts when features resume)."""
+        if self.drafter is None or not draft_max:
+            return 0
+        if self.config.adaptive and not self.drafting.expects_drafting(sum(s is not None for s in self.slots) + 1):
+            return 0
+        return adaptive.FEATURE_LEAD
 
     def _host_sampler(self, req: Request, tokens: list[int]) -> Optional[HostSampler]:
         """Penalties and grammars depend on the path through the block: such a request is sampled on the host."""

@@ -125,6 +125,7 @@ class PromptCache:
         self.admissions = 0  # requests admitted so far (device entries' probation counts them)
         self.fallbacks = 0  # cached prefixes found but not used (logged with the reason)
         self.drafter_restarts = 0  # reuses past the cached features: the drafter's context started at the reuse point
+        self.context_trims = 0  # reuses stopped short of the cached prefix to give the drafter a context
 
     # --- admission ------------------------------------------------------------------------------------
     def pick_slot(self, tokens: list[int], free: list[int], cache_prompt: bool = True) -> int:
@@ -152,9 +153,11 @@ class PromptCache:
             return min(free, key=least_to_lose)
         return best
 
-    def admit(self, slot: Slot, tokens: list[int], cache_prompt: bool = True) -> int:
+    def admit(self, slot: Slot, tokens: list[int], cache_prompt: bool = True, lead: int = 0) -> int:
         """Bring both caches of ``slot.seq`` to the longest usable cached prefix of ``tokens`` (its feature
-        bookkeeping with them); returns that length, the positions the caller does not prefill."""
+        bookkeeping with them); returns that length, the positions the caller does not prefill. ``lead``: for a
+        request about to draft, how many positions before the reuse point the drafter should have features of
+        (``_with_context``)."""
         seq, limit = slot.seq, len(tokens) - 1
         self.admissions += 1
         res, self.resident[seq] = self.resident[seq], None
@@ -186,6 +189,8 @@ class PromptCache:
                 if t is not None:
                     t.miss()
             self._save(seq, res, p)
+        if src is not None and p > 0 and lead and self.dctx is not None:
+            p, ckpt = self._with_context(seq, src, p, ckpt, lead)
         n = self._trim(slot, src, p, ckpt) if src is not None and p > 0 else 0
         if n == 0:
             self._clear(seq)
@@ -405,6 +410,26 @@ class PromptCache:
                            f"checkpoint fits", p)
         return 0, None
 
+    def _with_context(self, seq: int, src: Snapshot, p: int, ckpt: Optional[Checkpoint],
+                      lead: int) -> tuple[int, Optional[Checkpoint]]:
+        """Where to reuse ``src`` (already in ``seq``) for a request about to draft. Reused past its features
+        (cached while adaptive drafting had extraction paused), the drafter's context would restart at p with
+        nothing before it: a request alone in an idle engine is probed right after its prompt, and a probe drafted
+        blind judges the drafter by text it never saw. A recurring prompt first sent during a pause then never
+        drafted again (on the H100 the shipped pair at 1 client ran 1.2-2.0k tok/s with the cache off and 0.8-0.9k
+        with it on, 2026-12-05). So the reuse stops where the features end, or ``lead`` positions earlier, and
+        those positions are prefilled again with features: what a pause's lead-in gives a probe (FEATURE_LEAD).
+        Only where the sliding window allows it and it costs at most ``lead`` + a block more prefill."""
+        f = src.features
+        if f.keeps_context(p):
+            return p, ckpt
+        q = max(p - lead, f.context_end(p))
+        q2, ckpt2 = self._plan(src, self._swa_min(seq, src.n), q, quiet=True)
+        if p - q2 > lead + self.cfg.block:
+            return p, ckpt  # the window holds no point near enough: restart the drafter at p (``_trim``)
+        self.context_trims += 1
+        return q2, ckpt2
+
     def _swa_ok(self, swa_min: int, p: int) -> bool:
         """The SWA layers, holding positions from swa_min, can attend for a token at position p (llama.cpp masks
         keys with p - key >= n_swa, so the token needs keys from p - n_swa + 1)."""
@@ -464,7 +489,7 @@ class PromptCache:
                 state.state_seq_set(self.target, seq, ckpt.target, state.PARTIAL)
             self.target.seq_rm(seq, p)
             self._uncover(seq, p)
-            if self.dctx is not None and p <= f.usable():  # the drafter keeps its context up to p
+            if self.dctx is not None and f.keeps_context(p):  # the drafter keeps its context up to p
                 if f.drafter_len > p:
                     self.dctx.seq_rm(seq, p)
                 slot.drafter_base = f.drafter_base
@@ -699,6 +724,7 @@ class PromptCache:
 
     def metrics(self) -> dict:
         out = {"n_reused_tokens": self.n_reused, "fallbacks": self.fallbacks, "drafter_restarts": self.drafter_restarts,
+               "context_trims": self.context_trims,
                "resident_tokens": sum(r.n for r in self.resident if r is not None),
                "residents_cut": self.residents_cut, "residents_dropped": self.residents_dropped}
         if self.device is not None:

@@ -80,6 +80,9 @@ CACHE_FALLBACKS = Counter("pydflash_prompt_cache_fallbacks_total", "Cached prefi
 CACHE_DRAFTER_RESTARTS = Counter("pydflash_prompt_cache_drafter_restarts", "Reuses past the cached target features "
                                  "(decoded while drafting was paused): the drafter context restarted at the reuse "
                                  "point", ["model"])
+CACHE_CONTEXT_TRIMS = Counter("pydflash_prompt_cache_context_trims", "Reuses stopped up to a lead-in short of a "
+                              "cached prefix without target features, so that a request about to draft has a drafter "
+                              "context", ["model"])
 CACHE_HITS = Counter("pydflash_prompt_cache_ram_hits_total", "Admissions restored from the RAM cache", ["model"])
 CACHE_MISSES = Counter("pydflash_prompt_cache_ram_misses_total", "Admissions the RAM cache did not serve", ["model"])
 CACHE_EVICTIONS = Counter("pydflash_prompt_cache_ram_evictions_total", "RAM cache entries evicted under the cap",
@@ -203,6 +206,7 @@ class StepRecorder:
         counts = {"reused": (CACHE_REUSED.labels(m), pc["n_reused_tokens"]),
                   "fallbacks": (CACHE_FALLBACKS.labels(m), pc["fallbacks"]),
                   "drafter_restarts": (CACHE_DRAFTER_RESTARTS.labels(m), pc["drafter_restarts"]),
+                  "context_trims": (CACHE_CONTEXT_TRIMS.labels(m), pc.get("context_trims", 0)),
                   "hits": (CACHE_HITS.labels(m), ram.get("hits", 0)),
                   "misses": (CACHE_MISSES.labels(m), ram.get("misses", 0)),
                   "evictions": (CACHE_EVICTIONS.labels(m), ram.get("evictions", 0)),

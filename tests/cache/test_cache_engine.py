@@ -8,6 +8,7 @@ import pytest
 
 from pydflash.cache import CacheConfig, slotfile
 from pydflash.config import EngineConfig
+from pydflash.engine.adaptive import FEATURE_LEAD
 from pydflash.engine.engine import Engine
 from pydflash.engine.request import Request
 from pydflash.errors import CacheFileError, InvalidRequest
@@ -105,12 +106,15 @@ def test_two_conversations_evict_each_other_under_a_small_cap(qwen):
     off.close()
 
 
-def test_snapshot_taken_while_features_were_paused(qwen, tmp_path):
+def test_snapshot_taken_while_features_were_paused(qwen, tmp_path, monkeypatch):
     """Adaptive drafting with a useless drafter pauses feature extraction: the kept sequence has features for a
-    prefix only (or its drafter context restarted after the pause). The whole kept sequence is still reused (the
-    target KV is exact): the drafter's context restarts at the reuse point, as after any pause. Drafting resumes
-    on another engine after a slot-file restore, the engine's invariants hold at every commit and the output is
-    the cache-off output."""
+    prefix only (or its drafter context restarted after the pause). A paused engine still reuses the whole kept
+    sequence (the target KV is exact): the drafter's context restarts at the reuse point, as after any pause. A
+    request about to draft reuses it only up to FEATURE_LEAD positions before its end (or where its features end,
+    if nearer), and those are prefilled again with features: its drafter has a context at its first draft, where
+    it had none (a probe drafted blind, and a recurring prompt first seen in a pause never drafted again). After
+    a slot-file restore on an engine that drafts every step, the engine's invariants hold at every commit and the
+    output is the cache-off output."""
     cfg = EngineConfig(n_slots=1, n_ctx_slot=512)
     ada = Engine(qwen, EngineConfig(n_slots=1, n_ctx_slot=512, adaptive=True))
     off = Engine(qwen, cfg, cache=OFF)
@@ -119,21 +123,31 @@ def test_snapshot_taken_while_features_were_paused(qwen, tmp_path):
     res = ada.prompt_cache.resident[0]
     f = res.features
     assert f.gap or f.drafter_base > 0, "adaptive drafting never paused features: the test proves nothing"
-    usable = f.usable()
-    assert usable < res.n
+    assert not f.keeps_context(res.n)
     ada.save_slot(0, tmp_path / "paused.slot")
 
     p2 = p + r1.tokens + prompt(6, 30)[1:]
     want = off.generate(p2, max_tokens=24, ignore_eos=True).tokens
+    monkeypatch.setattr(ada.drafting, "expects_drafting", lambda n=None: False)  # paused: nothing drafts soon
     r2 = ada.generate(p2, max_tokens=24, ignore_eos=True)  # same engine, resident path
     assert r2.tokens == want and r2.stats.n_cached == res.n
-    assert ada.prompt_cache.drafter_restarts == 1
+    assert ada.prompt_cache.drafter_restarts == 1 and ada.prompt_cache.context_trims == 0
 
-    plain = Engine(qwen, cfg)  # drafts every step: features must resume right after the reused prefix
+    plain = Engine(qwen, cfg)  # drafts every step: its drafter gets the lead-in's features back
     plain.restore_slot(0, tmp_path / "paused.slot")
-    r3 = plain.generate(p2, max_tokens=24, ignore_eos=True)
-    assert r3.tokens == want and r3.stats.n_cached == res.n
-    assert r3.stats.n_drafted > 0 and plain.prompt_cache.drafter_restarts == 1
+    q = max(res.n - FEATURE_LEAD, f.context_end(res.n))
+    plain.submit(Request(p2, max_tokens=24, ignore_eos=True))
+    plain.step()  # admission and the first prompt chunk
+    slot = plain.slots[0]
+    assert slot.stats.n_cached == q < res.n and plain.prompt_cache.context_trims == 1
+    while not slot.prefilled:
+        plain.step()
+    assert slot.n_featured - slot.drafter_base >= min(FEATURE_LEAD, res.n), "the drafter has no context"
+    r3 = None
+    while r3 is None:
+        r3 = next((e.result for e in plain.step() if e.finished), None)
+    assert r3.tokens == want and r3.stats.n_drafted > 0
+    assert plain.prompt_cache.drafter_restarts == (0 if f.keeps_context(q) else 1)
     for e in (ada, off, plain):
         e.close()
 
