@@ -165,6 +165,7 @@ def main(argv=None) -> int:
 
     import uvicorn
 
+    from ..server import keepalive
     from ..server.app import create_app
 
     app = create_app(models, api_key=args.api_key or None, max_resident=args.max_resident,
@@ -183,7 +184,7 @@ def main(argv=None) -> int:
     startup.info("serving %s on http://%s:%d (models: %s)", "with an API key" if args.api_key else "without an API key",
                  args.host, args.port, ", ".join(models.presets))
     uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning",
-                access_log=args.verbose, timeout_graceful_shutdown=5)
+                access_log=args.verbose, timeout_graceful_shutdown=5, timeout_keep_alive=keepalive.PUBLIC_S)
     return 0
 
 

@@ -29,6 +29,7 @@ from typing import Optional
 
 import httpx
 
+from . import keepalive
 from .errors import InvalidRequestError, NotFoundError, Unavailable, log_safe
 from .metrics import RESIDENT, RESTARTS, process_dead, remove_owned_dir
 from .preset import Preset, ServerModels
@@ -158,7 +159,10 @@ class Worker:
             self.sock.unlink()
         self._spawn([sys.executable, "-m", "pydflash.server.worker", "--preset", self.preset.to_json(),
                      "--uds", str(self.sock), "--log-level", self.log_level])
-        transport = httpx.AsyncHTTPTransport(uds=str(self.sock))
+        # idle connections leave the pool before the worker would close them (keepalive.py); httpx's counts
+        limits = httpx.Limits(max_connections=100, max_keepalive_connections=20,
+                              keepalive_expiry=keepalive.ROUTER_POOL_S)
+        transport = httpx.AsyncHTTPTransport(uds=str(self.sock), limits=limits)
         self.client = httpx.AsyncClient(transport=transport, base_url="http://worker",
                                         timeout=httpx.Timeout(None, connect=5.0))
         deadline = time.monotonic() + LOAD_TIMEOUT_S

@@ -28,7 +28,7 @@ from fastapi import FastAPI, Request as HTTPRequest
 from fastapi.responses import JSONResponse
 
 from . import metrics  # noqa: F401  (first: prometheus_client must see the multiprocess directory)
-from . import chat, errors, slots
+from . import chat, errors, keepalive, slots
 from . import schemas as S
 from ..errors import PydflashError
 from .completions import Completions
@@ -168,7 +168,8 @@ def main(argv=None) -> None:
     except PydflashError as exc:  # a preset that cannot load: one line the router shows its clients
         sys.stderr.write(f"LOAD-ERROR: {exc}\n")
         raise SystemExit(EXIT_LOAD_FAILED)
-    uvicorn.run(app, uds=args.uds, log_level=args.log_level, access_log=False, timeout_graceful_shutdown=2)
+    uvicorn.run(app, uds=args.uds, log_level=args.log_level, access_log=False, timeout_graceful_shutdown=2,
+                timeout_keep_alive=keepalive.WORKER_S)
 
 
 if __name__ == "__main__":

@@ -128,7 +128,8 @@ import httpx
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from results import default_out, results_dir  # noqa: E402,F401  (scripts/ is not a package)
 from server_load import (  # noqa: E402
-    LLAMA_CPP_COMMIT, Server, ServerStartError, StreamError, machine, ms, pct, stream_completion, tree_commit)
+    LLAMA_CPP_COMMIT, Server, ServerStartError, StreamError, client_limits, machine, ms, pct, stream_completion,
+    tree_commit)
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 HELDOUT = REPO / "pydflash" / "train" / "heldout_eval.npz"  # the same file as scripts/bench/drafter_eval.py
@@ -546,7 +547,7 @@ def requests_at(a: argparse.Namespace, clients: int) -> int:
 
 
 async def run_level(base: str, prompts: list[list[int]], clients: int, a: argparse.Namespace) -> list[dict]:
-    limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
+    limits = client_limits(clients)
     async with httpx.AsyncClient(base_url=base, timeout=httpx.Timeout(a.request_timeout), limits=limits) as client:
         requests = requests_at(a, clients)
         per_round = clients * requests
@@ -657,7 +658,7 @@ async def interleave(bases: dict[str, str], clients: int, a: argparse.Namespace,
     warm-up) and returns its record. A warm-up round each, then round r of every server before round r + 1
     of any, the order rotated each round, so that a drift of the machine (clocks, other load) over the level
     reaches every condition alike. A server whose round fails sits out the rest of the level."""
-    limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
+    limits = client_limits(clients)
     timeout = httpx.Timeout(a.request_timeout)
     rounds: dict[str, list[dict]] = {cid: [] for cid in bases}
     errors: dict[str, BaseException] = {}

@@ -45,7 +45,8 @@ import httpx
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # scripts/ is not a package
 from http_vs_native import fresh_prompts, walk_index  # noqa: E402
 from results import default_out  # noqa: E402
-from server_load import Server, fmt, machine, ms, pct, stream_completion, summarize, tree_commit  # noqa: E402
+from server_load import (  # noqa: E402
+    Server, client_limits, fmt, machine, ms, pct, stream_completion, summarize, tree_commit)
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "scale-out.md"
@@ -65,7 +66,7 @@ def model_id(base: str) -> str:
 async def level(base: str, clients: int, a: argparse.Namespace, body: dict) -> dict:
     """C clients x ``a.requests`` streamed requests over the fresh prompts, after an untimed warm-up round."""
     prompts = fresh_prompts()
-    limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
+    limits = client_limits(clients)
     served: dict[str, int] = {}  # timed requests per engine replica (a direct server sends no header)
     timed = False
 

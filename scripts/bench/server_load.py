@@ -179,8 +179,16 @@ def request_body(mode: Mode, prompt, max_tokens: int) -> dict:
 
 
 # --- one concurrency level ----------------------------------------------------------------------------------------
+def client_limits(clients: int) -> httpx.Limits:
+    """The benchmark client's pool: a connection per client and a few spare. Idle connections leave it after 2 s:
+    llama-server closes one after 5 s idle, uvicorn by default too, and httpx's own 5 s races that close (a request
+    sent as the server closes its connection is lost: ReadError). Interleaved rounds leave a server's clients idle
+    while the others play theirs, ~5 s at 16 clients with four servers up: two requests were lost so on 2026-12-06."""
+    return httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4, keepalive_expiry=2.0)
+
+
 async def run_level(base: str, mode: Mode, clients: int, n_req: int, max_tokens: int, warmup: bool) -> dict:
-    limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
+    limits = client_limits(clients)
     async with httpx.AsyncClient(base_url=base, timeout=httpx.Timeout(600.0), limits=limits) as client:
         if warmup:  # untimed: graph shapes for this batch size, adaptive drafting's step-cost calibration
             await asyncio.gather(*(stream_completion(client, request_body(mode, PROMPTS[i % len(PROMPTS)], max_tokens))
