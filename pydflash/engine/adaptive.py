@@ -27,7 +27,7 @@ final comparison: drafting must beat R_plain by MARGIN, or nobody drafts this st
   at 16 slots put a probe in one step of every 16. Pause lengths are kept per number of running slots (``_at``).
 - A request that arrives in an idle engine ends the pause (``alone``), unless the drafter looks useless: it is a new
   text, and the pause was decided on the last one. Such resets become rarer while their probes keep finding nothing
-  worth drafting (RESET_BACKOFF_MAX), and come at every arrival again once drafting pays.
+  worth drafting (``reset_chance``), and come at every arrival while enough of them win.
 - A slot left out while others draft gathers no evidence; after ``patience`` such decisions (doubling) it probes
   at its best drafting K, which costs little in a step that drafts anyway.
 - A drafting decision is kept for REPLAN_EVERY steps while the same slots run: acceptance evidence moves slowly,
@@ -102,12 +102,22 @@ USELESS_PAUSE = 2048
 # with step traces) a probe at 1 slot took 7.0 ms median against a plain step's 1.33 (a 16-token verify without a
 # CUDA graph, the drafter's catch-up over the prompt), and the shipped drafter on the frozen fresh prompts, whose
 # resets almost never found drafting to pay, ran at 1.043x a plain step's time in-process and at 0.92x of plain's
-# tokens per second through HTTP. So resets whose probe finds no drafting worth it come at ever fewer arrivals:
-# after f failed in a row, an arrival resets with probability 2^-f, f at most RESET_BACKOFF_MAX (1 in 16: ~0.2 % of a
-# 256-token request); any decision that drafts (not an exploration) puts f back to 0, so a drafter that pays on some
-# texts probes every request again once one pays. Drawn, not every 2^f-th arrival: texts that alternate between
-# ones the drafter suits and ones it does not would lock a fixed period onto the wrong ones.
-RESET_BACKOFF_MAX = 4
+# tokens per second through HTTP. So an arrival resets with a chance that follows how often resets have won (their
+# probe found drafting worth it): a probe costs ~6 ms over a plain 256-token request's ~340 ms at 1 slot, and a won
+# reset drafts the request through, ~2x faster there (the shipped drafter's rounds that drafted ran 2-3x plain):
+# resets pay from a win rate of ~3-5 %. At RESET_WIN_RATE or more every arrival resets; under it the chance falls in
+# proportion, to no less than RESET_FLOOR (~0.1 % of a request's time on traffic the drafter never suits). Before
+# (2026-12-05), each reset that failed halved the chance, down to 1 in 16, and only a win restored it: where 1 text in
+# 8 suited the drafter (the fresh set's repetition prompts, some code), most of those texts came while the chance was
+# low and ran plain, and rounds at 1 client came out 0.9x-2.6x of plain by luck (H100, 2026-12-06). Replayed on the
+# GPU's costs (scripts/bench/reset_replay.py, 4 seeds of 128 requests): where 1 text in 8 suits, 1.19-1.35x of plain
+# before, 1.36-1.40x now; 1 in 4 1.57-1.63x -> 1.64-1.71x; texts it never suits 0.98-1.00x either way.
+# Drawn, not every k-th arrival: texts that alternate would lock a fixed period onto the wrong ones.
+RESET_WIN_RATE = 0.1
+RESET_FLOOR = 1 / 16
+RESET_DECAY = 0.95  # per judged reset: the win rate follows the last ~20 resets
+RESET_PRIOR = 0.1  # pseudo-counts of a win in two tries: the first resets come at every arrival, and with no win the
+# chance falls as 1 / (failures + 0.2), to RESET_FLOOR where the decayed tries level off (~20)
 PROBE_K = 4  # the least a probe drafts (where draft_max allows): enough positions to see whether a block pays
 # After a probe, drafting whose estimated rate falls short of the bar (plain decoding + MARGIN) by less than NEAR /
 # sqrt(n) at n slots is tried for one decision (``_explore``). A pause is decided when the noisy acceptance estimate
@@ -223,7 +233,8 @@ class DraftPolicy:
     _n: int | None = None  # the slot count ``backoff`` is for (``_at``); the others' stand in _backoffs
     _backoffs: dict = field(default_factory=dict)
     _may_explore: bool = True  # the next decision may explore (``_explore``): the first one, and each after a probe
-    resets_failed: int = 0  # ``alone`` resets in a row whose probe found no drafting worth it (RESET_BACKOFF_MAX)
+    reset_wins: float = 0.0  # ``alone`` resets whose probe found drafting worth it, decayed (RESET_DECAY)
+    reset_tries: float = 0.0  # ``alone`` resets judged, decayed
     _draws: random.Random = field(default_factory=lambda: random.Random(0))  # which arrivals reset (seeded)
     _reset_pending: bool = False  # the pending probe is a reset's: the decision after it judges the reset
 
@@ -276,8 +287,9 @@ class DraftPolicy:
         if explore:
             ks = self._explore(n, curves, maxes, plain, probe, after_probe) or ks
             explore = any(ks)
-        if judged and (explore or not any(ks)):  # the reset's probe found nothing worth drafting for
-            self.resets_failed = min(self.resets_failed + 1, RESET_BACKOFF_MAX)
+        if judged:  # won where the reset's probe found drafting worth it
+            self.reset_wins = RESET_DECAY * self.reset_wins + (any(ks) and not explore)
+            self.reset_tries = RESET_DECAY * self.reset_tries + 1
         if not any(ks):
             if log.isEnabledFor(logging.INFO):  # once per pause: why (what the GPU's cost curves said)
                 log.info("%s", self._why_pause(n, curves, probe(), plain))
@@ -288,7 +300,6 @@ class DraftPolicy:
             return self._paused(slots, zeros)
         if not explore:  # drafting pays (an exploration only measures: the pauses keep growing)
             self.backoff = MIN_BACKOFF
-            self.resets_failed = 0
         probes = None
         for i, (pol, m) in enumerate(slots):
             if ks[i]:
@@ -490,15 +501,20 @@ class DraftPolicy:
         eight followed, for a drafter that paused through 99 % of its 8-slot steps: its prefill steps took 0.67 s
         against plain decoding's 0.33 (docs/benchmarks.md).
 
-        A reset whose probe finds no drafting worth it halves the chance that the next arrival resets
-        (RESET_BACKOFF_MAX): on traffic the drafter does not suit, a probe per request was most of what it cost
-        against plain decoding at 1 client."""
+        An arrival resets with ``reset_chance``: on traffic the drafter does not suit, a probe per request was most
+        of what it cost against plain decoding at 1 client."""
         if n > 1 and self._backoff_at(n) >= LONG_PAUSE:
             return
         if self.pause > 2 and self._first_draft_rate() >= BLANK_FIRST_RATE:
-            if self.resets_failed and self._draws.random() >= 2.0 ** -self.resets_failed:
-                return  # resets have kept failing: not at this arrival
+            if self._draws.random() >= self.reset_chance():
+                return  # resets have seldom won: not at this arrival
             self.pause, self._reset_pending = 2, True
+
+    def reset_chance(self) -> float:
+        """The chance that an arrival in a pause resets it: every arrival while resets win at RESET_WIN_RATE or
+        more (their decayed win rate, from RESET_PRIOR), less in proportion under it, at least RESET_FLOOR."""
+        rate = (self.reset_wins + RESET_PRIOR) / (self.reset_tries + 2 * RESET_PRIOR)
+        return min(1.0, max(RESET_FLOOR, rate / RESET_WIN_RATE))
 
     # --- the joint choice ---------------------------------------------------------------------------------------
     def _choose(self, n: int, curves: list[list[float]], maxes: list[int], plain: float):

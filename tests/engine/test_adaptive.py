@@ -797,15 +797,17 @@ def arrivals(texts: list[float], n_requests: int = 64, steps: int = 128, seed: i
 def test_resets_that_keep_failing_come_at_ever_fewer_arrivals():
     """A reset at each arrival costs a probe and its lead-in (on an H100 a 1-slot probe took 7 ms against a 1.3 ms
     plain step), and on texts the drafter does not suit (first drafts accepted often enough not to look useless,
-    drafting never worth it) they were most of what the shipped pair lost against plain decoding at 1 client. Failed
-    resets make the next less likely; texts the drafter suits, one in two or one in three, still get theirs: the
-    policy drafts through most of their steps and ends with no failure counted."""
-    resets, drafting, policy = arrivals([0.3])
-    assert 3 <= resets <= 10 and policy.resets_failed == adaptive.RESET_BACKOFF_MAX, (resets, drafting)
-    for texts in ([0.9, 0.3], [0.9, 0.3, 0.3]):
+    drafting never worth it) they were most of what the shipped pair lost against plain decoding at 1 client: resets
+    that keep failing come at fewer arrivals. Texts the drafter suits, one in two, three or eight, still get theirs:
+    the policy drafts through most of their steps and resets at every arrival. (Before, each failure halved the
+    chance down to 1 in 16 and only a win restored it: where one text in eight suited, most came while the chance
+    was low; simulated at 128 arrivals, 23-74 % of their steps drafted by seed.)"""
+    resets, drafting, policy = arrivals([0.2])
+    assert resets <= 0.6 * 64 and policy.reset_chance() < 0.5, (resets, drafting, policy.reset_chance())
+    for texts in ([0.9, 0.3], [0.9, 0.3, 0.3], [0.9] + [0.3] * 7):
         resets, drafting, policy = arrivals(texts)
         good_steps = 128 * 64 * texts.count(0.9) / len(texts)
-        assert drafting >= 0.85 * good_steps and policy.resets_failed == 0, (texts, resets, drafting)
+        assert drafting >= 0.85 * good_steps and policy.reset_chance() == 1.0, (texts, resets, drafting)
         assert resets >= 64 * (len(texts) - 1) / len(texts) * 0.8, (texts, resets)  # after each unsuited text
 
 
