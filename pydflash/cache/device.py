@@ -65,6 +65,16 @@ class DeviceCache(PrefixLRU):
         super().hit(key)
         self.hit_keys.add(key)
 
+    def touch(self, key: int) -> None:
+        """An entry that a prompt holds whole, served from it or not (a conversation's first turn, inside each of
+        its later turns; a system prompt inside every turn): used, as a shared prefix's blocks are by every
+        request that holds them in a paged KV. It passes its probation and is the most recently used. Before, a
+        first turn's entry was never hit while its conversation went on from its own slot, and left after its
+        probation (as many admissions as slots): at 4-8 clients of the chat workload every conversation's first
+        turn was prefilled again each round (an H100, 2026-12-06: 67-73 % of prompt tokens reused)."""
+        self.entries.move_to_end(key)
+        self.hit_keys.add(key)
+
     def remove(self, key: int) -> Snapshot:
         self.kept_at.pop(key, None)
         self.hit_keys.discard(key)

@@ -173,7 +173,7 @@ class PromptCache:
         if res is not None and self.cfg.reuse:
             src = res
             p, ckpt = self._plan(res, self._swa_min(seq, res.n), blocks.common_prefix(res.tokens, tokens[:limit]))
-        found = self._lookup(tokens, limit)
+        found = self._lookup(tokens, limit, touch=True)
         if found is not None and found.p > p:
             # the hit first: as the most recent entry it is not the one evicted when keeping the resident makes
             # room (it was: KeyError in hit() with a full cache), and the device tier never evicts it for that
@@ -206,14 +206,20 @@ class PromptCache:
             self.check(slot)
         return n
 
-    def _lookup(self, tokens: list[int], limit: int, quiet: bool = False) -> Optional[Found]:
+    def _lookup(self, tokens: list[int], limit: int, quiet: bool = False, touch: bool = False) -> Optional[Found]:
         """The longest usable prefix in the device tier, or in RAM where that one is longer (a RAM restore copies
-        the state in: the device's is free)."""
+        the state in: the device's is free). ``touch``: device entries the prompt holds whole count as used
+        (``DeviceCache.touch``), whichever serves it."""
         best, unusable = None, None
         for tier in (self.device, self.ram):
             # every entry sharing a block, longest shared prefix first: past an SWA window the longest may serve
             # nothing while a shorter one serves its whole length
-            for key, entry, n_common in tier.candidates(tokens, limit) if tier is not None else ():
+            candidates = tier.candidates(tokens, limit) if tier is not None else []
+            if touch and tier is self.device:
+                for key, entry, n_common in candidates:
+                    if n_common == entry.n:
+                        tier.touch(key)
+            for key, entry, n_common in candidates:
                 if n_common <= (best.p if best is not None else 0):
                     break
                 swa_min = self._swa_min(entry.seq, entry.n) if entry.seq >= 0 else entry.swa_min
