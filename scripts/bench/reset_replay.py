@@ -26,7 +26,8 @@ from tests.engine.test_adaptive import GPU, calibrated  # noqa: E402
 PROBE_EXTRA_S = 4.0e-3
 MIXES = {"never suits (p 0.2)": [0.2], "marginal (p 0.3)": [0.3], "1 in 2 suits (p 0.9, else 0.3)": [0.9, 0.3],
          "1 in 4": [0.9] + [0.3] * 3, "1 in 8": [0.9] + [0.3] * 7, "1 in 16": [0.9] + [0.3] * 15,
-         "1 in 32": [0.9] + [0.3] * 31, "mixed (0.8, 0.6, 0.3, 0.2, 0.3, 0.1, 0.3, 0.3)": [0.8, 0.6, 0.3, 0.2, 0.3, 0.1, 0.3, 0.3]}
+         "1 in 32": [0.9] + [0.3] * 31,
+         "mixed (0.8, 0.6, 0.3, 0.2, 0.3, 0.1, 0.3, 0.3)": [0.8, 0.6, 0.3, 0.2, 0.3, 0.1, 0.3, 0.3]}
 
 
 def replay(texts: list[float], requests: int, steps: int, seed: int) -> tuple[float, int]:

@@ -459,7 +459,7 @@ def test_conversations_replayed_past_the_probation_reuse_their_first_turns(tiny)
     system = prompt(23, 150)
     first = []  # per round: the share of the first turns' prompt tokens reused
     rng = random.Random(0)  # answers of different lengths: the clients drift apart
-    for run in range(3):
+    for _round in range(3):
         hists = [system + prompt(70 + c, 12)[1:] for c in range(8)]
         turn, due, live, reused = [0] * 8, {c: 0 for c in range(8)}, {}, [0, 0]
         step = 0
