@@ -31,13 +31,13 @@ import random
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import holdout
 from .generate import KINDS, ShardWriter
-from .selfgen_seeds import KIND_OF, seed
+from .selfgen_seeds import KIND_OF, followups, seed
 
 MAX_PROMPT = 512
 MIN_PROMPT = 3
@@ -52,6 +52,8 @@ class Doc:
     temperature: float
     sample_seed: int
     cuts: list[int]  # prompt lengths in tokens, BOS included (the document's own length caps them)
+    # user turns sent after the target's answers (``chat_turns``), each answer sampled until it ends its turn
+    turns: list[str] = field(default_factory=list)
 
 
 def plan(index: int, base_seed: int, n_cuts: int, max_prompt: int = MAX_PROMPT) -> Doc:
@@ -60,7 +62,9 @@ def plan(index: int, base_seed: int, n_cuts: int, max_prompt: int = MAX_PROMPT) 
     # log-uniform lengths: as many prompts of 3-20 tokens as of 20-130 or 130-512
     cuts = sorted({int(round(math.exp(rng.uniform(math.log(MIN_PROMPT), math.log(max_prompt)))))
                    for _ in range(n_cuts)})
-    return Doc(index, family, text, rng.uniform(0.7, 1.0), rng.getrandbits(31), cuts)
+    temperature, sample_seed = rng.uniform(0.7, 1.0), rng.getrandbits(31)
+    # drawn last: the other families' documents are those of the runs before chat_turns existed
+    return Doc(index, family, text, temperature, sample_seed, cuts, followups(rng, family))
 
 
 def turn_ends(tokens: list[int], start_of_turn: int, model_ids: list[int]) -> list[int]:
@@ -73,9 +77,14 @@ def turn_ends(tokens: list[int], start_of_turn: int, model_ids: list[int]) -> li
 def cut_points(doc: Doc, tokens: list[int], turns: list[int], max_prompt: int = MAX_PROMPT) -> list[int]:
     """The document's prompt lengths: the planned cuts that fit it, and for chat documents up to two turn ends."""
     out = {c for c in doc.cuts if c <= len(tokens) - 1}
-    if KIND_OF[doc.family] == "chat":
-        out.update(t for t in turns[:2] if MIN_PROMPT <= t <= min(max_prompt, len(tokens) - 1))
+    if KIND_OF[doc.family] == "chat":  # a conversation's every turn end (up to 3): what a chat server sends
+        out.update(t for t in turns[:max(2, 1 + len(doc.turns))] if MIN_PROMPT <= t <= min(max_prompt, len(tokens) - 1))
     return sorted(out)
+
+
+# an answer of a chat_turns document before its next user turn: at most this many tokens (three turns fit the
+# 512-token prompts), fewer where its turn ends first
+TURN_TOKENS = 140
 
 
 def run(args) -> dict:
@@ -95,12 +104,12 @@ def run(args) -> dict:
     model_ids = model.tokenize("model\n", add_special=False, parse_special=True)
     keep_out = holdout.default()
     writer = ShardWriter(args.out, args.shard_rows)
-    docs: dict[int, tuple[Doc, list[int]]] = {}  # request id -> (the document it samples, its seed tokens)
+    docs: dict[int, tuple[Doc, list[int], int]] = {}  # request id -> (its document, the tokens so far, turns sent)
     cuts: dict[int, tuple[list[int], Doc]] = {}  # request id -> (prompt, its document)
     waiting: deque = deque()  # (prompt, doc): cut prompts not yet submitted
     seen: set[bytes] = set()
     counts = {"docs": 0, "doc_tokens": 0, "rows": 0, "prompt_tokens": 0, "response_tokens": 0, "held_out": 0,
-              "repeated_prompts": 0, "multi_turn_prompts": 0, "by_kind": {k: 0 for k in KINDS},
+              "repeated_prompts": 0, "multi_turn_prompts": 0, "turns_sent": 0, "by_kind": {k: 0 for k in KINDS},
               "by_family": {}}
     next_doc = args.skip
     t0 = time.perf_counter()
@@ -119,12 +128,19 @@ def run(args) -> dict:
                 next_doc += 1
                 toks = model.tokenize(doc.seed_text, add_special=True, parse_special=True) if doc.seed_text \
                     else [model.bos]
-                req = Request(toks, max_tokens=max(1, max(doc.cuts) - len(toks) + 1), temperature=doc.temperature,
-                              seed=doc.sample_seed, ignore_eos=True, cache_prompt=False)
-                engine.submit(req)
-                docs[req.id] = (doc, toks)
+                sample(doc, toks, 0)
             else:
                 return
+
+    def sample(doc: Doc, toks: list[int], sent: int) -> None:
+        """The document's next part: the rest of it (end of text ignored, so text past a natural end is kept), or
+        for a chat_turns document with user turns still to send, the answer until it ends its turn."""
+        answer = sent < len(doc.turns)
+        n = min(TURN_TOKENS, args.max_prompt - len(toks)) if answer else max(doc.cuts) - len(toks) + 1
+        req = Request(toks, max_tokens=max(1, n), temperature=doc.temperature, seed=doc.sample_seed + sent,
+                      ignore_eos=not answer, cache_prompt=False)
+        engine.submit(req)
+        docs[req.id] = (doc, toks, sent)
 
     def on_doc(doc: Doc, tokens: list[int]):
         counts["docs"] += 1
@@ -151,8 +167,15 @@ def run(args) -> dict:
             if not ev.finished:
                 continue
             if ev.request_id in docs:
-                doc, toks = docs.pop(ev.request_id)
-                on_doc(doc, toks + list(ev.result.tokens))
+                doc, toks, sent = docs.pop(ev.request_id)
+                toks = toks + list(ev.result.tokens)
+                turn = model.tokenize(doc.turns[sent], add_special=False, parse_special=True) \
+                    if sent < len(doc.turns) else []
+                if turn and len(toks) + len(turn) < args.max_prompt:  # the next user turn, then its answer
+                    counts["turns_sent"] += 1
+                    sample(doc, toks + turn, sent + 1)
+                else:
+                    on_doc(doc, toks)
                 continue
             prompt, doc = cuts.pop(ev.request_id)
             kind = KINDS.index(KIND_OF[doc.family])

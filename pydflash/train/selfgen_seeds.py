@@ -10,6 +10,8 @@ target says rather than what one corpus holds. Families, each with the kind its 
 - ``chat``: a Gemma user turn, empty or started with a request opener (chat); the target writes the request, and
   with ``ignore_eos`` it goes on through its own answer and often into further turns (multi-turn);
 - ``chat_answer``: a whole user turn of a topic and a request, the model turn opened (chat);
+- ``chat_turns``: the same, then one or two follow-up user turns (``followups``), each sent after the target's
+  answer to the last ends its turn (chat, multi-turn: the drafter sees the turn structure of a conversation);
 - ``code``: a file header in one of many languages (code);
 - ``list``: the start of a list, table or numbered record (repetition).
 """
@@ -19,9 +21,12 @@ from __future__ import annotations
 import random
 
 KIND_OF = {"bos": "prose", "topic": "prose", "question": "prose", "chat": "chat", "chat_answer": "chat",
-           "code": "code", "list": "repetition"}
-# chat and code weigh most: the evaluation kinds where the shipped drafter is weakest on unseen prompts
-WEIGHTS = {"bos": 0.06, "topic": 0.14, "question": 0.12, "chat": 0.2, "chat_answer": 0.12, "code": 0.26, "list": 0.1}
+           "chat_turns": "chat", "code": "code", "list": "repetition"}
+# chat and code weigh most: the evaluation kinds where the shipped drafter is weakest on unseen prompts. The runs
+# of 2026-12-05 and -06 had no chat_turns (chat 0.2, chat_answer 0.12): none of their documents held a second user
+# turn, which the issue asks for
+WEIGHTS = {"bos": 0.06, "topic": 0.14, "question": 0.12, "chat": 0.14, "chat_answer": 0.08, "chat_turns": 0.1,
+           "code": 0.26, "list": 0.1}
 
 TOPICS = """astronomy volcanoes photosynthesis gardening mortgages knitting jazz chess cryptography bees glaciers
 vaccines taxes bridges rainforests submarines origami inflation democracy typography coffee tea bread cheese wine
@@ -83,6 +88,12 @@ CODE_HEADERS = {
     "latex": ["\\documentclass{article}\n", "\\begin{"],
 }
 
+# what users send after an answer: about it, or on to something near it
+FOLLOWUPS = ["Can you give an example?", "Make it shorter.", "Why is that?", "Can you explain that more simply?",
+             "Thanks! What about {t}?", "Can you put that in a table?", "Write it as a list.",
+             "What are the downsides?", "Tell me more.", "Is that always true?", "How does that relate to {t}?",
+             "Now write the same for {t}.", "Can you add code for that?", "ok", "That's wrong, try again.",
+             "Summarize what you said in one sentence."]
 LIST_OPENERS = ["1. ", "- ", "* ", "| Name | ", "Step 1: ", "Monday: ", "id,name,", "Q1: ", "[1] ", "a) ",
                 "Day 1\n", "Chapter 1\n", "2024-01-01 ", "TODO:\n- [ ] ", "Item\tPrice\tQty\n", "{\"id\": 1, "]
 
@@ -101,10 +112,19 @@ def seed(rng: random.Random) -> tuple[str, str]:
         text = rng.choice(QUESTION_OPENERS)
     elif family == "chat":
         text = "<start_of_turn>user\n" + rng.choice(REQUEST_OPENERS)
-    elif family == "chat_answer":
+    elif family in ("chat_answer", "chat_turns"):
         text = f"<start_of_turn>user\n{rng.choice(REQUESTS).format(t=topic)}<end_of_turn>\n<start_of_turn>model\n"
     elif family == "code":
         text = rng.choice(CODE_HEADERS[rng.choice(list(CODE_HEADERS))])
     else:
         text = rng.choice(LIST_OPENERS)
     return family, text
+
+
+def followups(rng: random.Random, family: str) -> list[str]:
+    """The user turns a ``chat_turns`` document sends after the target's answers, in Gemma's turn markup (each
+    closes the model turn before it and opens the next); none for the other families."""
+    if family != "chat_turns":
+        return []
+    return [f"<end_of_turn>\n<start_of_turn>user\n{rng.choice(FOLLOWUPS).format(t=rng.choice(TOPICS))}<end_of_turn>\n"
+            f"<start_of_turn>model\n" for _ in range(rng.choice([1, 2]))]

@@ -75,3 +75,21 @@ def test_topk_pass_and_training_with_stored_distillation(tiny, shards, tmp_path)
                   "--max-steps", "2", "--layers", "1", "--target-layers", "0,1", "--holdout", "0.2",
                   "--anchors", "2", "--eval-per-kind", "1", "--distill-stored", "0.5"])
     assert json.loads((tmp_path / "train.json").read_text())["train_steps"] == 2
+
+
+def test_a_chat_turns_document_sends_its_follow_up_turns(tiny, tmp_path):
+    """A multi-turn document: the target answers the first user turn until its turn ends (or TURN_TOKENS), then
+    each follow-up user turn is appended and answered in turn, so the document holds a conversation (the runs
+    before had no second user turn). Its rows are prompts cut from that document, answered greedily."""
+    i = next(i for i in range(200) if selfgen.plan(i, 0, 2).family == "chat_turns")
+    doc = selfgen.plan(i, 0, 2)
+    assert 1 <= len(doc.turns) <= 2 and all(t.startswith("<end_of_turn>") and t.endswith("<start_of_turn>model\n")
+                                             for t in doc.turns)
+    selfgen.main(["--target", str(tiny("gemma3").target), "--out", str(tmp_path), "--slots", "2", "--n-new", "4",
+                  "--cuts", "2", "--threads", "1", "--skip", str(i), "--stop", str(i + 1)])
+    summary = json.loads((tmp_path / "generate.json").read_text())
+    # a turn that would not fit the 512-token prompts is not sent (the tiny tokenizer spells Gemma's markup out in
+    # characters, 16 tokens for <start_of_turn>: here the second one does not fit)
+    assert summary["docs"] == 1 and 1 <= summary["turns_sent"] <= len(doc.turns)
+    # the tiny target never ends a turn: each answer runs to TURN_TOKENS before the next user turn
+    assert summary["doc_tokens"] > selfgen.TURN_TOKENS * summary["turns_sent"]
