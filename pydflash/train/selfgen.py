@@ -52,7 +52,8 @@ class Doc:
     temperature: float
     sample_seed: int
     cuts: list[int]  # prompt lengths in tokens, BOS included (the document's own length caps them)
-    # user turns sent after the target's answers (``chat_turns``), each answer sampled until it ends its turn
+    # user turns sent after the target's answers (``selfgen_seeds.followups``), each answer sampled until it ends
+    # its turn
     turns: list[str] = field(default_factory=list)
 
 
@@ -63,8 +64,7 @@ def plan(index: int, base_seed: int, n_cuts: int, max_prompt: int = MAX_PROMPT) 
     cuts = sorted({int(round(math.exp(rng.uniform(math.log(MIN_PROMPT), math.log(max_prompt)))))
                    for _ in range(n_cuts)})
     temperature, sample_seed = rng.uniform(0.7, 1.0), rng.getrandbits(31)
-    # drawn last: the other families' documents are those of the runs before chat_turns existed
-    return Doc(index, family, text, temperature, sample_seed, cuts, followups(rng, family))
+    return Doc(index, family, text, temperature, sample_seed, cuts, followups(rng, family, index))
 
 
 def turn_ends(tokens: list[int], start_of_turn: int, model_ids: list[int]) -> list[int]:
@@ -82,8 +82,8 @@ def cut_points(doc: Doc, tokens: list[int], turns: list[int], max_prompt: int = 
     return sorted(out)
 
 
-# an answer of a chat_turns document before its next user turn: at most this many tokens (three turns fit the
-# 512-token prompts), fewer where its turn ends first
+# an answer before a document's next user turn: at most this many tokens (three turns fit the 512-token prompts),
+# fewer where its turn ends first
 TURN_TOKENS = 140
 
 
@@ -134,7 +134,7 @@ def run(args) -> dict:
 
     def sample(doc: Doc, toks: list[int], sent: int) -> None:
         """The document's next part: the rest of it (end of text ignored, so text past a natural end is kept), or
-        for a chat_turns document with user turns still to send, the answer until it ends its turn."""
+        for a document with user turns still to send, the answer until it ends its turn."""
         answer = sent < len(doc.turns)
         n = min(TURN_TOKENS, args.max_prompt - len(toks)) if answer else max(doc.cuts) - len(toks) + 1
         req = Request(toks, max_tokens=max(1, n), temperature=doc.temperature, seed=doc.sample_seed + sent,

@@ -9,9 +9,9 @@ target says rather than what one corpus holds. Families, each with the kind its 
 - ``question``: a question opener, as a user might start a search or a forum post (prose);
 - ``chat``: a Gemma user turn, empty or started with a request opener (chat); the target writes the request, and
   with ``ignore_eos`` it goes on through its own answer and often into further turns (multi-turn);
-- ``chat_answer``: a whole user turn of a topic and a request, the model turn opened (chat);
-- ``chat_turns``: the same, then one or two follow-up user turns (``followups``), each sent after the target's
-  answer to the last ends its turn (chat, multi-turn: the drafter sees the turn structure of a conversation);
+- ``chat_answer``: a whole user turn of a topic and a request, the model turn opened (chat); from document
+  FOLLOWUPS_FROM on, three in four also send one or two follow-up user turns (``followups``), each after the
+  target's answer to the last (multi-turn: the drafter sees the turn structure of a conversation);
 - ``code``: a file header in one of many languages (code);
 - ``list``: the start of a list, table or numbered record (repetition).
 """
@@ -21,12 +21,14 @@ from __future__ import annotations
 import random
 
 KIND_OF = {"bos": "prose", "topic": "prose", "question": "prose", "chat": "chat", "chat_answer": "chat",
-           "chat_turns": "chat", "code": "code", "list": "repetition"}
-# chat and code weigh most: the evaluation kinds where the shipped drafter is weakest on unseen prompts. The runs
-# of 2026-12-05 and -06 had no chat_turns (chat 0.2, chat_answer 0.12): none of their documents held a second user
-# turn, which the issue asks for
-WEIGHTS = {"bos": 0.06, "topic": 0.14, "question": 0.12, "chat": 0.14, "chat_answer": 0.08, "chat_turns": 0.1,
-           "code": 0.26, "list": 0.1}
+           "code": "code", "list": "repetition"}
+# chat and code weigh most: the evaluation kinds where the shipped drafter is weakest on unseen prompts
+WEIGHTS = {"bos": 0.06, "topic": 0.14, "question": 0.12, "chat": 0.2, "chat_answer": 0.12, "code": 0.26, "list": 0.1}
+# The first document that may have follow-up turns, counted in each process's range of a million (remote.sh
+# selfgen's SPAN): the runs of 2026-12-05 and -06 (documents below it in every range) had none, and every
+# document's plan before it stays what it was when they ran
+FOLLOWUPS_FROM = 3340
+FOLLOWUP_SHARE = 0.75  # of the chat_answer documents from there on
 
 TOPICS = """astronomy volcanoes photosynthesis gardening mortgages knitting jazz chess cryptography bees glaciers
 vaccines taxes bridges rainforests submarines origami inflation democracy typography coffee tea bread cheese wine
@@ -112,7 +114,7 @@ def seed(rng: random.Random) -> tuple[str, str]:
         text = rng.choice(QUESTION_OPENERS)
     elif family == "chat":
         text = "<start_of_turn>user\n" + rng.choice(REQUEST_OPENERS)
-    elif family in ("chat_answer", "chat_turns"):
+    elif family == "chat_answer":
         text = f"<start_of_turn>user\n{rng.choice(REQUESTS).format(t=topic)}<end_of_turn>\n<start_of_turn>model\n"
     elif family == "code":
         text = rng.choice(CODE_HEADERS[rng.choice(list(CODE_HEADERS))])
@@ -121,10 +123,11 @@ def seed(rng: random.Random) -> tuple[str, str]:
     return family, text
 
 
-def followups(rng: random.Random, family: str) -> list[str]:
-    """The user turns a ``chat_turns`` document sends after the target's answers, in Gemma's turn markup (each
-    closes the model turn before it and opens the next); none for the other families."""
-    if family != "chat_turns":
+def followups(rng: random.Random, family: str, index: int) -> list[str]:
+    """The user turns document ``index`` sends after the target's answers, in Gemma's turn markup (each closes the
+    model turn before it and opens the next): one or two for most ``chat_answer`` documents from FOLLOWUPS_FROM on,
+    else none. Drawn after the rest of the document's plan, which therefore stays what it was before."""
+    if family != "chat_answer" or index % 1_000_000 < FOLLOWUPS_FROM or rng.random() >= FOLLOWUP_SHARE:
         return []
     return [f"<end_of_turn>\n<start_of_turn>user\n{rng.choice(FOLLOWUPS).format(t=rng.choice(TOPICS))}<end_of_turn>\n"
             f"<start_of_turn>model\n" for _ in range(rng.choice([1, 2]))]

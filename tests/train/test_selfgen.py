@@ -10,7 +10,7 @@ import pytest
 from tests.helpers.oracle import Oracle
 from pydflash.train import selfgen
 from pydflash.train.generate import KINDS, load_shards
-from pydflash.train.selfgen_seeds import KIND_OF, WEIGHTS, seed
+from pydflash.train.selfgen_seeds import FOLLOWUPS_FROM, KIND_OF, WEIGHTS, seed
 
 
 def test_plans_are_reproducible_and_in_range():
@@ -77,12 +77,17 @@ def test_topk_pass_and_training_with_stored_distillation(tiny, shards, tmp_path)
     assert json.loads((tmp_path / "train.json").read_text())["train_steps"] == 2
 
 
-def test_a_chat_turns_document_sends_its_follow_up_turns(tiny, tmp_path):
+def test_a_document_with_follow_ups_sends_its_user_turns(tiny, tmp_path):
     """A multi-turn document: the target answers the first user turn until its turn ends (or TURN_TOKENS), then
     each follow-up user turn is appended and answered in turn, so the document holds a conversation (the runs
     before had no second user turn). Its rows are prompts cut from that document, answered greedily."""
-    i = next(i for i in range(200) if selfgen.plan(i, 0, 2).family == "chat_turns")
+    i = next(i for i in range(FOLLOWUPS_FROM, FOLLOWUPS_FROM + 200) if selfgen.plan(i, 0, 2).turns)
     doc = selfgen.plan(i, 0, 2)
+    # the documents of the runs before follow-ups existed keep their plans: none has a follow-up turn
+    assert not any(selfgen.plan(j, 0, 4).turns for j in range(FOLLOWUPS_FROM))
+    later = [selfgen.plan(j, 0, 4) for j in range(FOLLOWUPS_FROM, FOLLOWUPS_FROM + 400)]
+    answers = [p for p in later if p.family == "chat_answer"]
+    assert 0.6 < sum(bool(p.turns) for p in answers) / len(answers) < 0.9
     assert 1 <= len(doc.turns) <= 2 and all(t.startswith("<end_of_turn>") and t.endswith("<start_of_turn>model\n")
                                              for t in doc.turns)
     selfgen.main(["--target", str(tiny("gemma3").target), "--out", str(tmp_path), "--slots", "2", "--n-new", "4",
