@@ -194,7 +194,14 @@ class Feed:
         return label, window(self.pools[label].text(), int(chars), self.rng)
 
     def prose(self, chars: float) -> str:
-        return window(self.pools[self.rng.choice(self.prose_labels)].text(), int(chars), self.rng)
+        # a window of blank lines, or a source none of whose files is usable here (its pool gives ""), is nothing
+        # to build on (an empty model turn in a conversation): drawn again. A build that never meets one is the
+        # build it was, draw for draw
+        for _ in range(8):
+            text = window(self.pools[self.rng.choice(self.prose_labels)].text(), int(chars), self.rng)
+            if text.strip():
+                break
+        return text
 
     def docstring(self, chars: float) -> str:
         pool = self.pools.get("docstring") or self.pools[self.rng.choice(self.prose_labels)]
