@@ -78,6 +78,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of " + ", ".join(VARIANTS))
     ap.add_argument("--tokens", type=int, default=256, help="max_tokens of each request")
+    ap.add_argument("--pool", type=int, default=24, help="recurring prompts, sent in turn (the HTTP benchmark's fresh "
+                    "set has 78: none comes back before anything kept of it is gone)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
@@ -100,7 +102,7 @@ def main(argv=None) -> int:
         for v in order:
             rng = random.Random(1000 * r)  # every variant gets the same requests in a round
             vocab = range(10, min(n_vocab, 2000))
-            pool = [[rng.choice(vocab) for _ in range(rng.randint(40, 90))] for _ in range(24)]
+            pool = [[rng.choice(vocab) for _ in range(rng.randint(40, 90))] for _ in range(a.pool)]
             eng = engines[v]
 
             def recur(i, pool=pool):
@@ -113,6 +115,7 @@ def main(argv=None) -> int:
             rows[v]["recur"].append(phase(eng, recur, 6 * SLOTS, a.clients))
             rows[v]["noreuse"].append(phase(eng, fresh, 4 * SLOTS, a.clients))
     out = {"target": target, "slots": SLOTS, "clients": a.clients, "tokens": a.tokens, "rounds": a.rounds,
+           "pool": a.pool,
            "variants": {v: str(VARIANTS[v]) for v in chosen}, "results": {}}
     for v in chosen:
         res = {}
