@@ -421,11 +421,11 @@ class PromptCache:
         """Where to reuse ``src`` (already in ``seq``) for a request about to draft. Reused past its features
         (cached while adaptive drafting had extraction paused), the drafter's context would restart at p with
         nothing before it: a request alone in an idle engine is probed right after its prompt, and a probe drafted
-        blind judges the drafter by text it never saw. A recurring prompt first sent during a pause then never
-        drafted again (on the H100 the shipped pair at 1 client ran 1.2-2.0k tok/s with the cache off and 0.8-0.9k
-        with it on, 2026-12-05). So the reuse stops where the features end, or ``lead`` positions earlier, and
-        those positions are prefilled again with features: what a pause's lead-in gives a probe (FEATURE_LEAD).
-        Only where the sliding window allows it and it costs at most ``lead`` + a block more prefill."""
+        blind judges the drafter by text it never saw, so a recurring prompt first sent during a pause would be
+        judged blind each time it came back. So the reuse stops where the features end, or ``lead`` positions
+        earlier, and those positions are prefilled again with features: what a pause's lead-in gives a probe
+        (FEATURE_LEAD). Only where the sliding window allows it and it costs at most ``lead`` + a block more
+        prefill."""
         f = src.features
         if f.keeps_context(p):
             return p, ckpt
