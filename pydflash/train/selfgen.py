@@ -7,7 +7,8 @@ A drafter must guess what the target says next on prompts nobody wrote for it, s
 target's output distribution rather than one corpus. Each document i (a seed from ``selfgen_seeds.py``, then up to
 512 tokens the target samples at temperature 0.7-1.0, its end-of-text tokens ignored so text past a natural end is
 kept) is cut at ``--cuts`` random points into prompts of 3-512 tokens (log-uniform, so short prompts are common, as
-users' are; a chat document is also cut right after each model turn it opens). Each prompt's continuation is the
+users' are; a chat document is also cut right after each model turn it opens; some send follow-up user turns, each
+after the target's answer to the last ends its turn: ``selfgen_seeds.followups``). Each prompt's continuation is the
 target's **greedy** output (``--n-new`` tokens, end-of-text ignored): greedy is what speculation verifies. Both kinds
 of request go through pydflash's engine with plain decoding (no drafter), many slots at once.
 
@@ -75,7 +76,8 @@ def turn_ends(tokens: list[int], start_of_turn: int, model_ids: list[int]) -> li
 
 
 def cut_points(doc: Doc, tokens: list[int], turns: list[int], max_prompt: int = MAX_PROMPT) -> list[int]:
-    """The document's prompt lengths: the planned cuts that fit it, and for chat documents up to two turn ends."""
+    """The document's prompt lengths: the planned cuts that fit it, and for chat documents their turn ends (up to
+    two, or each turn of a document with follow-up user turns)."""
     out = {c for c in doc.cuts if c <= len(tokens) - 1}
     if KIND_OF[doc.family] == "chat":  # a conversation's every turn end (up to 3): what a chat server sends
         out.update(t for t in turns[:max(2, 1 + len(doc.turns))] if MIN_PROMPT <= t <= min(max_prompt, len(tokens) - 1))
