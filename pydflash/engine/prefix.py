@@ -33,7 +33,7 @@ from typing import Callable, NamedTuple, Optional
 import numpy as np
 
 from ..cache import blocks, slotfile
-from ..cache.config import CacheConfig
+from ..cache.config import USEFUL_DECAY, CacheConfig
 from ..cache.device import DeviceCache
 from ..cache.digest import model_digest
 from ..cache.lru import PrefixLRU
@@ -126,6 +126,9 @@ class PromptCache:
         self.fallbacks = 0  # cached prefixes found but not used (logged with the reason)
         self.drafter_restarts = 0  # reuses past the cached features: the drafter's context started at the reuse point
         self.context_trims = 0  # reuses stopped short of the cached prefix to give the drafter a context
+        # the share of recent admissions that reused a kept prefix, decayed (CacheConfig.kept_useful): 1 at first,
+        # so that a fresh server keeps what its first requests may come back to
+        self.reuse_rate = 1.0
 
     # --- admission ------------------------------------------------------------------------------------
     def pick_slot(self, tokens: list[int], free: list[int], cache_prompt: bool = True) -> int:
@@ -164,6 +167,7 @@ class PromptCache:
         self.live_ckpts[seq] = []
         self.reserved[seq] = min(self.config.n_ctx_slot, len(tokens) + slot.request.max_tokens + self.block_size)
         if not (self.enabled and cache_prompt) or limit <= 0:
+            self._note_reuse(False)
             self.recurs[seq] = self.talks[seq] = False
             self._save(seq, res, 0)
             self._clear(seq)
@@ -199,12 +203,16 @@ class PromptCache:
         self.talks[seq] = src is not None and 0 < src.n_prompt < n  # the client sent an answer back: a conversation
         self.branch[seq] = self._branch_at(slot, tokens[:limit], n, res)
         self.n_reused += n
+        self._note_reuse(n > 0)
         if n:
             log.debug("slot %d: reusing %d of %d prompt tokens (%s)", seq, n, len(tokens), tier)
         self._make_room()
         if self.check is not None:
             self.check(slot)
         return n
+
+    def _note_reuse(self, reused: bool) -> None:
+        self.reuse_rate = USEFUL_DECAY * self.reuse_rate + (1 - USEFUL_DECAY) * reused
 
     def _lookup(self, tokens: list[int], limit: int, quiet: bool = False, touch: bool = False) -> Optional[Found]:
         """The longest usable prefix in the device tier, or in RAM where that one is longer (a RAM restore copies
@@ -287,7 +295,9 @@ class PromptCache:
             self.device.expire(self.admissions, self.cfg.probation(self.config.n_slots))
         if not any(self.reserved):
             return  # nothing runs, so nothing pays for them: the next admission holds them to its load
-        budget = self.cfg.kept_budget(self.reserved, self.config.n_ctx_slot)
+        # what the kept cells may cost at this load, times the share of it they have been earning (kept_useful)
+        budget = int(self.cfg.kept_budget(self.reserved, self.config.n_ctx_slot)
+                     * self.cfg.usefulness(self.reuse_rate))
         if not (self.cfg.bound_residents and self.config.kv_unified):  # KV streams: a resident costs only its slot
             self._evict_entries(lambda: self._entry_cells() <= budget)
             return
