@@ -195,7 +195,10 @@ def test_committed_responses_are_whole_and_counted():
 # the run's next row instead. 36652: a chain of near-ties (`new Uint16` / `Uint128` / `Array`: this CPU itself picks
 # differently at token 17 when the row is decoded among the 128 prompts it was generated with), then 5.25 nat at
 # token 21 on the H200's own prefix; the same in two runs of the same 128-prompt batch. 1 row of ~130 checked.
-CROSS_DEVICE_EXCEPTIONS = {36652}
+# 3002650 (an H100 self-generated document, 2026-12-06): "import SwiftUI\n\nstruct ContentView" then ":" on the
+# H100, where this CPU's logits put "_" 2.25 nat above ":" (a 5-token prompt; the rest of the row is the natural
+# "ContentView: View {\n    @State private var"); the first of ~40 rows checked to leave the band.
+CROSS_DEVICE_EXCEPTIONS = {36652, 3002650}
 
 
 @pytest.mark.real_model
@@ -204,7 +207,10 @@ def test_committed_responses_are_the_gguf_targets_greedy_text(gemma_path):
     continuations agree up to float near-ties. CUDA and CPU kernels round Q4_K differently, further apart than two
     batch shapes on one CPU: over 24 rows of three runs, the largest tie-flip was 0.82 nat (at the first generated
     token of a 130-token prompt) and most were under 0.3, so the band is the 1 nat of the real-model concurrency
-    tests. A wrong row (another prompt's response, a shifted or stale KV) misses by several nats at once."""
+    tests. A wrong row (another prompt's response, a shifted or stale KV) misses by several nats at once. Up to
+    four flips in the 24 tokens, as the oracle's default: under pytest a 2026-12-01 row that had passed for days
+    flipped three times at 0.01-0.18 nat (2026-12-06, a fresh venv), where a standalone script checking the same
+    rows in the same order flips it none."""
     oracle = Oracle(gemma_path)
     try:
         for p in _committed_sets():
@@ -213,7 +219,7 @@ def test_committed_responses_are_the_gguf_targets_greedy_text(gemma_path):
             for i in np.flatnonzero(usable)[:1]:
                 s, n, plen = int(d["starts"][i]), int(d["lens"][i]), int(d["prompt_len"][i])
                 row = d["tokens"][s:s + n].tolist()
-                oracle.check(row[:plen], row[plen:plen + 24], max_regret=1.0, max_flips=2)
+                oracle.check(row[:plen], row[plen:plen + 24], max_regret=1.0, max_flips=4)
     finally:
         oracle.llm.close()
 
