@@ -35,7 +35,10 @@ def tokens(seed: int, n: int) -> list[int]:
     return [1] + np.random.default_rng(seed).integers(5, 500, n - 1).tolist()
 
 
-def one_round(eng: Engine, system: list[int], a: argparse.Namespace, rng: random.Random) -> dict:
+def one_round(eng: Engine, system: list[int], a: argparse.Namespace, rng: random.Random, on_answer=None) -> dict:
+    """Every conversation once (``a.clients``, ``a.turns``, ``a.turnaround``); the shares reused and the device
+    tier's counters. ``on_answer(client, turn, prompt, result)``: called for each answer (the test suite checks
+    them against plain decoding)."""
     hists = [system + tokens(70 + c, 12)[1:] for c in range(a.clients)]
     turn, due, live = [0] * a.clients, {c: 0 for c in range(a.clients)}, {}
     by_turn = [[0, 0] for _ in range(a.turns)]  # reused, prompt tokens
@@ -49,6 +52,8 @@ def one_round(eng: Engine, system: list[int], a: argparse.Namespace, rng: random
         for ev in eng.step():
             if ev.finished:
                 c, r = live.pop(ev.request_id), ev.result
+                if on_answer is not None:
+                    on_answer(c, turn[c], hists[c], r)
                 by_turn[turn[c]][0] += r.stats.n_cached
                 by_turn[turn[c]][1] += len(hists[c])
                 hists[c] = hists[c] + list(r.tokens) + tokens(400 + 10 * c + turn[c], 8)[1:]

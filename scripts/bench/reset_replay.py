@@ -13,13 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import random
 import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-from pydflash.engine import adaptive  # noqa: E402
-from tests.engine.test_adaptive import GPU, calibrated  # noqa: E402
+from tests.engine.test_adaptive import GPU, arrivals  # noqa: E402
 
 # a probe at 1 slot on an H100 took 7.0 ms against a plain step's 1.33 (docs/benchmarks.md, 2026-12-05): no CUDA
 # graph for its shape and the drafter's catch-up over the prompt, ~4 ms more than the simulated 16-token step
@@ -31,33 +29,21 @@ MIXES = {"never suits (p 0.2)": [0.2], "marginal (p 0.3)": [0.3], "1 in 2 suits 
 
 
 def replay(texts: list[float], requests: int, steps: int, seed: int) -> tuple[float, int]:
-    """(tokens per second over plain decoding's, resets) for ``requests`` arrivals of the texts in turn."""
-    policy = adaptive.DraftPolicy()
-    policy.costs, policy.calibrated = calibrated(GPU, 1), 2
-    first = adaptive.SlotPolicy()
-    for i in range(8):  # first drafts accepted 3 times in 8: a drafter that does not look useless
-        policy.observe(first, 4, 3 if i < 3 else 0)
-    policy.pause, policy.backoff = 300, 512
-    rng = random.Random(seed)
-    tokens = seconds = 0.0
-    resets, drafting = 0, False
-    for r in range(requests):
-        p, before = texts[r % len(texts)], policy.pause
-        policy.alone()
-        resets += before > 2 and policy.pause == 2
-        slot = adaptive.SlotPolicy()
-        for _ in range(steps):
-            plan = policy.plan([(slot, 15)])
-            k, m = plan.drafts[0], 0
-            while m < k and rng.random() < p:
-                m += 1
-            policy.observe(slot, k, m)
-            t_verify, t_draft = GPU.step([k], plan.features)
-            seconds += t_verify + t_draft + (PROBE_EXTRA_S if k and not drafting else 0.0)
-            drafting = k > 0
-            tokens += 1 + m
+    """(tokens per second over plain decoding's, resets) for ``requests`` arrivals of the texts in turn: the test
+    suite's arrivals (its drafter's first drafts accepted 3 times in 8, a pause of 300 steps to start from), timed
+    step by step on the simulated GPU."""
+    totals = {"tokens": 0.0, "seconds": 0.0, "drafting": False}
+
+    def timed(plan, accepted: int) -> None:
+        k = plan.drafts[0]
+        t_verify, t_draft = GPU.step([k], plan.features)
+        totals["seconds"] += t_verify + t_draft + (PROBE_EXTRA_S if k and not totals["drafting"] else 0.0)
+        totals["drafting"] = k > 0
+        totals["tokens"] += 1 + accepted
+
+    resets, _, _ = arrivals(texts, requests, steps, seed, on_step=timed)
     plain_s = requests * steps * GPU.step([0], False)[0]
-    return tokens / seconds / (requests * steps / plain_s), resets
+    return totals["tokens"] / totals["seconds"] / (requests * steps / plain_s), resets
 
 
 def main() -> None:

@@ -4,7 +4,11 @@ every slot between steps on a GPU) and compares outputs with the cache-off engin
 
 from __future__ import annotations
 
+import importlib.util
+import pathlib
 import random
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -18,6 +22,12 @@ from pydflash.native import state
 from pydflash.pair import load_pair
 
 OFF = CacheConfig(reuse=False, ram_mib=0)
+# the chat workload's in-process replay (scripts/ is not a package)
+_spec = importlib.util.spec_from_file_location(
+    "chat_reuse", pathlib.Path(__file__).resolve().parents[2] / "scripts" / "bench" / "chat_reuse.py")
+chat_reuse = importlib.util.module_from_spec(_spec)
+sys.modules["chat_reuse"] = chat_reuse
+_spec.loader.exec_module(chat_reuse)
 
 
 @pytest.fixture
@@ -456,32 +466,16 @@ def test_conversations_replayed_past_the_probation_reuse_their_first_turns(tiny)
     pair = load_pair(g3.target, g3.drafter)
     eng = Engine(pair, EngineConfig(n_slots=16, n_ctx_slot=1024), cache=CacheConfig(block=16))
     oracle = Oracle(g3.target)
-    system = prompt(23, 150)
-    first = []  # per round: the share of the first turns' prompt tokens reused
-    rng = random.Random(0)  # answers of different lengths: the clients drift apart
-    for _round in range(3):
-        hists = [system + prompt(70 + c, 12)[1:] for c in range(8)]
-        turn, due, live, reused = [0] * 8, {c: 0 for c in range(8)}, {}, [0, 0]
-        step = 0
-        while due or live:
-            for c in [c for c, at in due.items() if at <= step]:
-                req = Request(list(hists[c]), max_tokens=rng.choice([12, 16, 24]), ignore_eos=True)
-                eng.submit(req)
-                live[req.id] = c
-                del due[c]
-            for ev in eng.step():
-                if ev.finished:
-                    c, r = live.pop(ev.request_id), ev.result
-                    if turn[c] == 0 or c == 0:  # the turns that reuse entries kept across rounds, one client's
-                        oracle.check(hists[c], r.tokens)
-                    if turn[c] == 0:
-                        reused = [reused[0] + r.stats.n_cached, reused[1] + len(hists[c])]
-                    hists[c] = hists[c] + list(r.tokens) + prompt(400 + 10 * c + turn[c], 8)[1:]
-                    turn[c] += 1
-                    if turn[c] < 6:
-                        due[c] = step + 3  # the client's turnaround
-            step += 1
-        first.append(reused[0] / reused[1])
+
+    def check(client, turn, prompt_tokens, result):
+        if turn == 0 or client == 0:  # the turns that reuse entries kept across rounds, one client's
+            oracle.check(prompt_tokens, result.tokens)
+
+    # scripts/bench/chat_reuse.py's rounds: a 150-token system prompt, answers of 12, 16 or 24 tokens (the clients
+    # drift apart), the next turn 3 steps after each answer
+    rng, system = random.Random(0), chat_reuse.tokens(23, 150)
+    clients = types.SimpleNamespace(clients=8, turns=6, turnaround=3)
+    first = [chat_reuse.one_round(eng, system, clients, rng, on_answer=check)["first_turns"] for _ in range(3)]
     eng.close()
     oracle.close()
     assert first[0] == 0 and min(first[1:]) >= 0.85, first
@@ -492,7 +486,7 @@ def kept_while_serving(pair, cache: CacheConfig, pool: list[list[int]], n_reques
     an HTTP client): the mean kept cells over the last quarter of the steps, and the prompt tokens reused."""
     eng = Engine(pair, EngineConfig(n_slots=16, n_ctx_slot=1024), cache=cache)
     kept, reused, sent, due = [], 0, 0, 0
-    while sent < n_requests or eng.slots[0] is not None or any(eng.slots) or eng.queue:
+    while sent < n_requests or eng.has_work:
         if sent < n_requests and due is not None and due <= len(kept):
             eng.submit(Request(pool[sent % len(pool)], max_tokens=4, ignore_eos=True))
             sent, due = sent + 1, None

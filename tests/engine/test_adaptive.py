@@ -767,10 +767,11 @@ def test_a_burst_keeps_the_pause_of_its_load():
     assert policy.pause == 2 and policy.expects_drafting(8)  # the probe is near: features again
 
 
-def arrivals(texts: list[float], n_requests: int = 64, steps: int = 128, seed: int = 0):
+def arrivals(texts: list[float], n_requests: int = 64, steps: int = 128, seed: int = 0, on_step=None):
     """Requests one after another at 1 slot on the simulated GPU, each a new text whose drafts are accepted with
     the next p of ``texts`` in turn, the engine telling the policy of each arrival (``alone``) as it does. Returns
-    (arrivals that ended a pause, drafting steps, the policy)."""
+    (arrivals that ended a pause, drafting steps, the policy). ``on_step(plan, accepted)``: called after each step
+    (scripts/bench/reset_replay.py times them)."""
     policy = adaptive.DraftPolicy()
     policy.costs, policy.calibrated = calibrated(GPU, 1), 2
     first = adaptive.SlotPolicy()
@@ -785,12 +786,14 @@ def arrivals(texts: list[float], n_requests: int = 64, steps: int = 128, seed: i
         resets += before > 2 and policy.pause == 2
         slot = adaptive.SlotPolicy()
         for _ in range(steps):
-            k = policy.plan([(slot, 15)]).drafts[0]
-            m = 0
+            plan = policy.plan([(slot, 15)])
+            k, m = plan.drafts[0], 0
             while m < k and rng.random() < p:
                 m += 1
             policy.observe(slot, k, m)
             drafting += k > 0
+            if on_step is not None:
+                on_step(plan, m)
     return resets, drafting, policy
 
 
