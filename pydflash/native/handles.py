@@ -16,6 +16,7 @@ from ..errors import ModelLoadError
 from ._lib import (
     C, ensure_backend, last_error, llama_model_target_layer_ids, llama_model_target_layer_ids_n, vocab_is_eog,
 )
+from . import mmvq
 
 GGUF_MAGIC = b"GGUF"
 KVValue = Union[bool, int, float, str]
@@ -79,6 +80,8 @@ class Model:
         self.params = params
         check_gguf_file(self.path)
         ensure_backend()
+        if params.n_gpu_layers != 0 and not params.vocab_only:
+            mmvq.choose_for(self.path)  # before the first product of this process reads the switch
         mp = C.llama_model_default_params()
         mp.n_gpu_layers = params.n_gpu_layers if params.n_gpu_layers >= 0 else 999
         mp.vocab_only = params.vocab_only
