@@ -143,6 +143,13 @@
 # PATCHED_TARGETS=llama) and gbq0 (key c49774ddf46abec9) are filed here. Stage them (`part bp0`, `part bq0`, each a
 # call carrying its folder) before `start`: a session then skips the builds while the source and the flags are
 # these. The first throwaway call got no machine; the second started one at once.
+# 2026-12-06 (eighth session, H100): those packs were gone with their checkout; both builds at -j8 ended ~10 min after
+# `start`, and new packs are filed: gbp0 (key 6eeb7101acd5479c, PATCHED_TARGETS=llama) and gbq0 (key
+# 26a80d6041abec67). Run `packbuild patched` and `packbuild pristine` as calls of their own: in one call the first's
+# parts did not come back. Never pipe `start` into anything (`| tail`): that call returned nothing until its
+# 300 s limit, twice now, although the builds had started (call `start` bare; its output is short).
+# scale4b-a right after the staging: F16 files 126 s beside the builds, then the wait, the quantizing, and 299 s left
+# for its benchmark, which took ~290 s (4 servers, 4 levels, 3 rounds): one call, 492 s.
 # Every step that needs the build fails at once if `start` never ran (a carry over the limit refuses the call without
 # running it).
 # Results go to $OUT; each of costs/bench/long/eval fits one 10-minute call.
