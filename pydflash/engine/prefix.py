@@ -27,7 +27,8 @@ restarts at p, as after any pause. Every fallback is logged with its reason.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
+import time
+from collections import OrderedDict, deque
 from typing import Callable, NamedTuple, Optional
 
 import numpy as np
@@ -109,8 +110,13 @@ class PromptCache:
         self.salt = salt
         self.resident: list[Optional[Snapshot]] = [None] * n  # released slots' sequences (states live in the KV)
         self.steps = 0  # engine steps that ran a request (``tick``)
-        self.grace_ends: set[int] = set()  # steps at which a released conversation turn's grace ends (``tick``)
+        self.graced: set[int] = set()  # slots whose resident is a conversation's turn released into its grace
         self.released_at = [0] * n  # the step when each resident was released (the oldest give way; the grace)
+        self.released_time = [0.0] * n  # and the time (the grace)
+        self.clock: Callable[[], float] = time.monotonic  # the grace's seconds (a test steps a clock of its own)
+        # the last released sequences (tokens, prompt length), whatever became of them: a prompt that continues one
+        # past its prompt is a conversation's next turn even where its transcript was given up (``_answers_back``)
+        self.recent: deque[tuple[np.ndarray, int]] = deque(maxlen=2 * n)
         # device entries whose cells [0, n) each slot's sequence holds too (kept from it, or restored into it): while
         # the slot runs or keeps its sequence they cost no cell of their own (``_kept_cells``)
         self.cover: list[set[Snapshot]] = [set() for _ in range(n)]
@@ -200,7 +206,8 @@ class PromptCache:
             self._clear(seq)
         seen = self._seen_before(tokens)  # (remembered whatever the reuse)
         self.recurs[seq] = seen or n >= self.cfg.block
-        self.talks[seq] = src is not None and 0 < src.n_prompt < n  # the client sent an answer back: a conversation
+        # the client sent an answer back: a conversation (its release gets the grace)
+        self.talks[seq] = (src is not None and 0 < src.n_prompt < n) or self._answers_back(tokens)
         self.branch[seq] = self._branch_at(slot, tokens[:limit], n, res)
         self.n_reused += n
         self._note_reuse(n > 0)
@@ -210,6 +217,13 @@ class PromptCache:
         if self.check is not None:
             self.check(slot)
         return n
+
+    def _answers_back(self, tokens: list[int]) -> bool:
+        """Whether ``tokens`` continue a recently released sequence past its prompt, reused or not: a
+        conversation whose transcript was given up before its next turn came (a first turn has no grace: nothing
+        tells it from one-off traffic yet). Without this, a turnaround longer than the budget's patience lost
+        every later turn of the conversation too, each one's release looking like a first turn's."""
+        return any(0 < n_prompt < blocks.common_prefix(seq_tokens, tokens) for seq_tokens, n_prompt in self.recent)
 
     def _note_reuse(self, reused: bool) -> None:
         self.reuse_rate = USEFUL_DECAY * self.reuse_rate + (1 - USEFUL_DECAY) * reused
@@ -348,16 +362,21 @@ class PromptCache:
         """An engine step that runs requests begins (the residents' grace is counted in these); a resident whose
         grace ends now is held to the budget with the others at once, not at the next admission or release."""
         self.steps += 1
-        if self.steps in self.grace_ends:
-            self.grace_ends.discard(self.steps)
-            self._hold_to_budget()
+        if self.graced:
+            ended = {seq for seq in self.graced if not self._in_grace(seq)}
+            if ended:
+                self.graced -= ended
+                if any(self.resident[seq] is not None for seq in ended):
+                    self._hold_to_budget()
 
     def _in_grace(self, seq: int) -> bool:
         """Whether slot ``seq``'s resident is a conversation's turn released under ``CacheConfig.release_grace``
-        steps ago: neither cut nor given up for the budget, nor counted in it, since a closed-loop client's next
-        turn comes back within a few steps."""
+        steps or ``release_grace_s`` seconds ago, whichever ends later: neither cut nor given up for the budget, nor
+        counted in it, since a closed-loop client's next turn is on its way."""
         res = self.resident[seq]
-        return res is not None and res.talks and self.steps - self.released_at[seq] < self.cfg.release_grace
+        return res is not None and res.talks and (
+            self.steps - self.released_at[seq] < self.cfg.release_grace
+            or self.clock() - self.released_time[seq] < self.cfg.release_grace_s)
 
     def _entry_cells(self) -> int:
         """Cells of the device entries that no slot's sequence shares."""
@@ -565,9 +584,10 @@ class PromptCache:
         self.resident[seq] = Snapshot(np.asarray(tokens, dtype=np.int32), feats,
                                       checkpoints=[c for c in ckpts if c.n <= n], recurs=self.recurs[seq],
                                       n_prompt=min(len(slot.prompt), n), talks=self.talks[seq])
-        self.released_at[seq] = self.steps
-        if self.talks[seq] and self.cfg.release_grace:
-            self.grace_ends.add(self.steps + self.cfg.release_grace)
+        self.released_at[seq], self.released_time[seq] = self.steps, self.clock()
+        self.recent.append((self.resident[seq].tokens, self.resident[seq].n_prompt))
+        if self.talks[seq] and (self.cfg.release_grace or self.cfg.release_grace_s):
+            self.graced.add(seq)
         self._hold_to_budget()  # one request fewer running: the kept cells' share of the KV shrinks with the load
 
     def _features_at(self, slot: Slot, n: int) -> Features:

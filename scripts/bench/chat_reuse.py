@@ -35,11 +35,14 @@ def tokens(seed: int, n: int) -> list[int]:
     return [1] + np.random.default_rng(seed).integers(5, 500, n - 1).tolist()
 
 
-def one_round(eng: Engine, system: list[int], a: argparse.Namespace, rng: random.Random, on_answer=None) -> dict:
+def one_round(eng: Engine, system: list[int], a: argparse.Namespace, rng: random.Random, on_answer=None,
+              session: int | None = None) -> dict:
     """Every conversation once (``a.clients``, ``a.turns``, ``a.turnaround``); the shares reused and the device
     tier's counters. ``on_answer(client, turn, prompt, result)``: called for each answer (the test suite checks
-    them against plain decoding)."""
-    hists = [system + tokens(70 + c, 12)[1:] for c in range(a.clients)]
+    them against plain decoding). ``session``: a few tokens after the system prompt, new for each conversation and
+    session number, as the HTTP benchmark's session line: a round then shares only the system prompt with the last."""
+    lines = [tokens(10_000 + 97 * session + c, 6)[1:] if session is not None else [] for c in range(a.clients)]
+    hists = [system + lines[c] + tokens(70 + c, 12)[1:] for c in range(a.clients)]
     turn, due, live = [0] * a.clients, {c: 0 for c in range(a.clients)}, {}
     by_turn = [[0, 0] for _ in range(a.turns)]  # reused, prompt tokens
     step = 0
@@ -74,15 +77,19 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--turnaround", type=int, default=3, help="engine steps between an answer and the next turn")
+    ap.add_argument("--system-tokens", type=int, default=150)
+    ap.add_argument("--n-ctx-slot", type=int, default=1024)
+    ap.add_argument("--new-sessions", action="store_true",
+                    help="a new session line after the system prompt each round (the HTTP benchmark's chat workload)")
     ap.add_argument("--out", type=pathlib.Path)
     a = ap.parse_args()
     g3 = write_tiny_pair(pathlib.Path(tempfile.mkdtemp()) / "gemma3", arch="gemma3", seed=0)
-    eng = Engine(load_pair(g3.target, g3.drafter), EngineConfig(n_slots=16, n_ctx_slot=1024),
+    eng = Engine(load_pair(g3.target, g3.drafter), EngineConfig(n_slots=16, n_ctx_slot=a.n_ctx_slot),
                  cache=CacheConfig(block=16))
-    rng, system = random.Random(0), tokens(23, 150)
+    rng, system = random.Random(0), tokens(23, a.system_tokens)
     rounds = []
     for r in range(a.rounds):
-        rounds.append(one_round(eng, system, a, rng))
+        rounds.append(one_round(eng, system, a, rng, session=r if a.new_sessions else None))
         print(f"round {r}: {rounds[-1]}")
     eng.close()
     if a.out:
