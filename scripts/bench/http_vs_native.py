@@ -503,6 +503,10 @@ def round_stats(runs: list[dict], wall: float) -> dict:
     # both servers report the whole prompt in usage.prompt_tokens and the part their cache supplied in timings.cache_n
     prompt = sum((r["usage"] or {}).get("prompt_tokens", 0) for r in runs)
     cached = sum(timing("cache_n", r) for r in runs)
+
+    def share_of(rs: list[dict]):  # the cached share of some of the requests (a chat's first turns, its later ones)
+        n = sum((r["usage"] or {}).get("prompt_tokens", 0) for r in rs)
+        return round(sum(timing("cache_n", r) for r in rs) / n, 4) if n else None
     # pydflash-server's engine split (timings.steps, *_ms; native has none): ms per engine step, per part. The
     # step's wall through HTTP is the round's wall over its steps at 1 client; the gap to the split is the server's
     steps = sum(timing("steps", r) for r in runs)
@@ -514,6 +518,8 @@ def round_stats(runs: list[dict], wall: float) -> dict:
         "ttft_ms_p50": ms(pct([r["frames"][0] - r["t0"] for r in runs if r["frames"]], 0.5)),
         "latency_ms_p50": ms(pct([r["t1"] - r["t0"] for r in runs], 0.5)),
         "prompt_tokens": prompt, "cache_n": cached, "cached_share": round(cached / prompt, 4) if prompt else None,
+        "cached_share_first_turns": share_of([r for r in runs if r.get("turn") == 0]),
+        "cached_share_later_turns": share_of([r for r in runs if r.get("turn", 0) > 0]),
         "draft_n": drafted, "draft_n_accepted": accepted,
         "acceptance": round(accepted / drafted, 4) if drafted else None,
         # tokens per target forward of a slot: each verify (or plain) step commits one token the drafter did not
@@ -573,7 +579,8 @@ def summarize(rounds: list[dict]) -> dict:
         return {"median": round(statistics.median(xs), 3), "min": min(xs), "max": max(xs)}
 
     return {k: spread(k) for k in ("tok_per_s", "ttft_ms_p50", "latency_ms_p50", "wall_s", "cached_share",
-                                   "acceptance", "tokens_per_step", "completion_tokens")}
+                                   "cached_share_first_turns", "cached_share_later_turns", "acceptance",
+                                   "tokens_per_step", "completion_tokens")}
 
 
 def start_condition(cond: Condition, a: argparse.Namespace, target: str, drafters: dict[str, str],
@@ -753,7 +760,7 @@ def chat_player(chat: dict, clients: int, a: argparse.Namespace):
             for user in convs[i % len(convs)]["turns"][:a.chat_turns]:
                 res = await complete(client, chat_body(chat_prompt(chat["system"], exchanges, user, session), a))
                 exchanges.append((user, res["text"]))
-                out.append(res)
+                out.append({**res, "turn": len(out)})
             return out
 
         return await timed_clients(one_client, clients)
@@ -1155,6 +1162,9 @@ def defaults_extra_cell(lvl: dict | None, stream: bool, native: dict | None = No
     t = (lvl.get("ttft_ms_p50" if stream else "latency_ms_p50") or {}).get("median")
     share = (lvl.get("cached_share") or {}).get("median")
     parts = [f"{t:.0f} ms" if t is not None else "-", f"cached {share:.0%}" if share is not None else "cached -"]
+    first, later = ((lvl.get(f"cached_share_{k}_turns") or {}).get("median") for k in ("first", "later"))
+    if first is not None and later is not None:  # a chat: where the reuse is lost
+        parts[-1] += f" (first turns {first:.0%}, later {later:.0%})"
     acc = (lvl.get("acceptance") or {}).get("median")
     tau = (lvl.get("tokens_per_step") or {}).get("median")
     if acc is not None:

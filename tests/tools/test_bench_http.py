@@ -248,13 +248,17 @@ def test_a_chat_turn_sends_the_transcript_so_far_and_the_reply_is_appended():
     def handler(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         sent.append(body)
-        return completion(f"r{len(sent)}")
+        first = body["prompt"].count("<start_of_turn>user") == 1
+        return httpx.Response(200, json={"choices": [{"text": f"r{len(sent)}"}], "timings": {"cache_n": 2 if first
+                                         else 9}, "usage": {"completion_tokens": 3, "prompt_tokens": 10}})
 
     a = defaults_args(rounds=1, chat_turns=3)
     chat = {"system": "S", "conversations": [{"id": f"c{n}", "turns": [f"u{n}.{t}" for t in range(6)]}
                                              for n in range(8)]}
-    asyncio.run(bench_http.interleave({"x": "http://x"}, 1, a, bench_http.chat_player(chat, 1, a),
-                                      httpx.MockTransport(handler)))
+    rounds, _ = asyncio.run(bench_http.interleave({"x": "http://x"}, 1, a, bench_http.chat_player(chat, 1, a),
+                                                  httpx.MockTransport(handler)))
+    # the reuse of first and later turns apart: where a chat's reuse is lost
+    assert rounds["x"][0]["cached_share_first_turns"] == 0.2 and rounds["x"][0]["cached_share_later_turns"] == 0.9
     assert len(sent) == 6  # the warm-up's conversation and one timed round's, 3 turns each
     assert all(set(b) == {"prompt", "max_tokens", "temperature", "stop"} for b in sent)
     warm, timed = sent[:3], sent[3:]
