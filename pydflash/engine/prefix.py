@@ -223,7 +223,13 @@ class PromptCache:
         conversation whose transcript was given up before its next turn came (a first turn has no grace: nothing
         tells it from one-off traffic yet). Without this, a turnaround longer than the budget's patience lost
         every later turn of the conversation too, each one's release looking like a first turn's."""
-        return any(0 < n_prompt < blocks.common_prefix(seq_tokens, tokens) for seq_tokens, n_prompt in self.recent)
+        if not self.recent:
+            return False
+        arr = np.asarray(tokens, dtype=np.int32)  # once: an admission compares it with up to 2 * n_slots sequences
+        # it continues one past its prompt: their first n_prompt + 1 tokens agree (two slices' views, no copies)
+        return any(0 < n_prompt < min(len(seq_tokens), len(arr)) and np.array_equal(seq_tokens[:n_prompt + 1],
+                                                                                      arr[:n_prompt + 1])
+                   for seq_tokens, n_prompt in self.recent)
 
     def _note_reuse(self, reused: bool) -> None:
         self.reuse_rate = USEFUL_DECAY * self.reuse_rate + (1 - USEFUL_DECAY) * reused
