@@ -26,7 +26,8 @@
 #                     Run a step that waits for the build first (profile): the build took ~5 min after `start` at
 #                     -j16 (the two builds at -j8 each will take longer; not yet measured), and an http call that
 #                     waits for it loses that from its 600 s (2026-12-02: cut after 8 clients)
-#   remote.sh fast1, fast2  scripts/bench/http_vs_native.py --defaults (what a user gets: both servers with their default
+#   remote.sh fast1, fast2  (TRACE=1: each pydflash engine's step trace, summarised as trace_<name>_<pid>.json)
+#                     scripts/bench/http_vs_native.py --defaults (what a user gets: both servers with their default
 #                     flags, the fresh prompt set, interleaved rounds, 5 in fast1, 3 in fast2): fast1 the non-streamed recurring
 #                     workload at 1, 4, 8, 16 clients and the chat workload at 1, 4, 8; fast2 the streamed recurring
 #                     workload, the no-reuse workload and cache_prompt:false requests (secondary). Each fits one call
@@ -223,10 +224,20 @@ fast_bench() {  # NAME WORKLOADS [scripts/bench/http_vs_native.py args...]: the 
     local left=$((${CALL_S:-600} - 25 - SECONDS))  # CALL_S: the call's own limit where less than 600 s is left
     echo "$1: ${left} s left for the benchmark"
     [ $left -ge 120 ] || { echo "$1: the builds took the call: run $1 again"; exit 1; }
+    if [ "${TRACE:-0}" = 1 ]; then  # TRACE=1: every pydflash engine's step trace (PATH.<pid>), summarised below
+        rm -rf $W/trace_$1 && mkdir -p $W/trace_$1 && export PYDFLASH_STEP_TRACE=$W/trace_$1/tr
+        left=$((left - 20))  # the summaries
+    fi
     # SIGTERM at the bound (the run then writes what it measured, marked partial), SIGKILL 20 s later
     timeout -k 20 $((left - 20)) python3 scripts/bench/http_vs_native.py --defaults --ngl -1 "${native[@]}" \
         --workloads "$2" --rounds 3 --out-dir $OUT --stem "$1" --no-render --log-dir $OUT/logs_$1 "${@:3}" || echo "$1: exit $?"
     tar czf $OUT/logs_$1.tgz -C $OUT logs_$1 && rm -rf $OUT/logs_$1
+    # one summary per engine process; which server it was shows in it (a plain server has no drafting or feature
+    # steps), so trace two servers at a time (--only py-plain,py-dflash)
+    for f in $( [ "${TRACE:-0}" = 1 ] && ls $W/trace_$1/tr.* 2>/dev/null); do
+        python3 scripts/bench/trace_summary.py $f --out $OUT/trace_$1_$(basename $f | cut -d. -f2).json > /dev/null \
+            || echo "trace_summary: $f failed"
+    done
 }
 
 costs_off_on() {  # VAR OFF ON: scripts/bench/step_costs.py (shipped drafter) without VAR and with VAR=1, twice each, alternating
