@@ -10,6 +10,7 @@ import gguf
 import numpy as np
 import pytest
 
+from pydflash.defaults import SHIPPED_DRAFTER
 from pydflash.native import Model, ModelParams, mmvq
 
 
@@ -41,10 +42,12 @@ def test_a_qwen3_4b_sized_k_quant_matrix_turns_the_passes_off(tmp_path):
     assert os.environ.get(mmvq.ENV) == "0"
 
 
-def test_gemma_3_270m_keeps_the_passes(gemma_path):
+def test_gemma_3_270m_and_its_shipped_drafter_keep_the_passes(gemma_path):
     # its largest Q5_0 / K-quant matrix is 640 x 2048; the 262k-row embedding (its head) is Q8_0, MMQ's anyway
     assert mmvq.largest_pass_matrix(mmvq.read_metadata(gemma_path)) == 640 * 2048
-    mmvq.choose_for(gemma_path)
+    assert mmvq.largest_pass_matrix(mmvq.read_metadata(SHIPPED_DRAFTER)) == 0  # Q8_0 but F32 norms and its I32 d2t
+    for path in (gemma_path, SHIPPED_DRAFTER):
+        mmvq.choose_for(path)
     assert mmvq.ENV not in os.environ
 
 
