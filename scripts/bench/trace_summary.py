@@ -3,7 +3,8 @@
 step (``off``: plain without features, ``feat``: plain with features, ``draft``: some slot drafts), the count and
 the step's seconds (median, mean, p90) with their split, for drafting steps the measured over the predicted seconds
 (``predicted`` is set for decided drafting steps, not for calibration or probes), per slot count the share of decode
-time that drafting cost beyond plain featureless steps, where the wall time went, and the costliest steps.
+time that drafting cost beyond plain featureless steps and how many step shapes its drafting took (and what a
+shape's first runs cost against its later ones), where the wall time went, and the costliest steps.
 
     .venv/bin/python scripts/bench/trace_summary.py TRACE [--out SUMMARY.json]
 """
@@ -47,9 +48,34 @@ def summarize(rows: list[dict], worst: int = 12) -> dict:
             g["mean_drafts_per_step"] = round(statistics.mean(sum(r["ks"]) for r in rs), 1)
         out.append(g)
     costly = sorted(decode, key=lambda r: -r["s"])[:worst]
-    return {"steps": len(rows), "decode_steps": len(decode), "groups": out, "by_n": by_n(out), "time": timeline(rows),
+    return {"steps": len(rows), "decode_steps": len(decode), "groups": out, "by_n": by_n(out),
+            "draft_shapes": draft_shapes(decode), "time": timeline(rows),
             "costliest": [{"n": r["n"], "ks": r["ks"], "features": r["features"], "ms": round(1e3 * r["s"], 2),
                            "split_ms": [round(1e3 * x, 2) for x in r["split"]]} for r in costly]}
+
+
+def draft_shapes(decode: list[dict], warm: int = 2) -> list[dict]:
+    """Per slot count, how many step shapes its drafting steps took (verify tokens, drafter block tokens) and what
+    the steps in each shape's first ``warm`` runs cost against the later ones: a GPU replays a CUDA graph only for a
+    shape run before (patches/0007), so a policy whose shapes keep changing runs many steps without one."""
+    out, seen = [], {}
+    by: dict[int, list[tuple[bool, float]]] = {}
+    for r in decode:
+        if not any(r["ks"]):
+            continue
+        shape = (r["n"], r["n"] + sum(r["ks"]), sum(k + 1 for k in r["ks"] if k))
+        seen[shape] = seen.get(shape, 0) + 1
+        by.setdefault(r["n"], []).append((seen[shape] <= warm, r["s"]))
+    for n in sorted(by):
+        early = [s for first, s in by[n] if first]
+        later = [s for first, s in by[n] if not first]
+        row = {"n": n, "steps": len(by[n]), "shapes": len({k for k in seen if k[0] == n}),
+               f"steps_in_first_{warm}_runs": len(early)}
+        for name, xs in (("early", early), ("later", later)):
+            if xs:
+                row[f"{name}_ms_median"] = round(1e3 * statistics.median(xs), 3)
+        out.append(row)
+    return out
 
 
 def by_n(groups: list[dict]) -> list[dict]:

@@ -675,6 +675,25 @@ def test_step_trace_writes_a_line_per_step(tiny, tmp_path, monkeypatch):
     assert t["in_steps_s"] == pytest.approx(sum(x["s"] for x in lines), abs=1e-3)
     assert t["span_s"] >= t["in_steps_s"] + t["between_steps_s"] + t["idle_s"] - 1e-3
     assert sum(r["steps"] for r in summary["by_n"]) == sum(g["steps"] for g in summary["groups"])
+    drafting = [x for x in decode if not x["prefilling"] and any(x["ks"])]
+    assert sum(r["steps"] for r in summary["draft_shapes"]) == len(drafting)
+
+
+def test_trace_summary_counts_drafting_shapes_and_their_first_runs(monkeypatch):
+    """Whether drafting steps run in shapes seen before (a GPU replays a CUDA graph only for those): per slot count,
+    the distinct (verify tokens, block tokens) shapes and what a shape's first two runs cost against later ones."""
+    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).resolve().parents[2] / "scripts" / "bench"))
+    from trace_summary import draft_shapes
+
+    def row(ks, s):
+        return {"n": len(ks), "prefilling": 0, "ks": ks, "s": s}
+
+    rows = [row([4, 0], 0.004), row([4, 0], 0.004), row([4, 0], 0.002), row([0, 4], 0.002),  # one shape: 6 / 5
+            row([2, 2], 0.005), row([0, 0], 0.001), row([3], 0.003)]
+    got = {r["n"]: r for r in draft_shapes(rows)}
+    assert got[2] == {"n": 2, "steps": 5, "shapes": 2, "steps_in_first_2_runs": 3, "early_ms_median": 4.0,
+                      "later_ms_median": 2.0}
+    assert got[1] == {"n": 1, "steps": 1, "shapes": 1, "steps_in_first_2_runs": 1, "early_ms_median": 3.0}
 
 
 def test_a_lead_in_keeps_features_only_for_the_probing_slots(tiny):
