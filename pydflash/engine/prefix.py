@@ -114,9 +114,9 @@ class PromptCache:
         self.released_at = [0] * n  # the step when each resident was released (the oldest give way; the grace)
         self.released_time = [0.0] * n  # and the time (the grace)
         self.clock: Callable[[], float] = time.monotonic  # the grace's seconds (a test steps a clock of its own)
-        # the last released sequences (tokens, prompt length), whatever became of them: a prompt that continues one
-        # past its prompt is a conversation's next turn even where its transcript was given up (``_answers_back``)
-        self.recent: deque[tuple[np.ndarray, int]] = deque(maxlen=2 * n)
+        # the last released sequences (slot, tokens, prompt length), whatever became of them: a prompt that continues
+        # one past its prompt is a conversation's next turn even where its transcript was given up (``_answers_back``)
+        self.recent: deque[tuple[int, np.ndarray, int]] = deque(maxlen=2 * n)
         # device entries whose cells [0, n) each slot's sequence holds too (kept from it, or restored into it): while
         # the slot runs or keeps its sequence they cost no cell of their own (``_kept_cells``)
         self.cover: list[set[Snapshot]] = [set() for _ in range(n)]
@@ -223,13 +223,16 @@ class PromptCache:
         conversation whose transcript was given up before its next turn came (a first turn has no grace: nothing
         tells it from one-off traffic yet). Without this, a turnaround longer than the budget's patience lost
         every later turn of the conversation too, each one's release looking like a first turn's."""
-        if not self.recent:
-            return False
-        arr = np.asarray(tokens, dtype=np.int32)  # once: an admission compares it with up to 2 * n_slots sequences
-        # it continues one past its prompt: their first n_prompt + 1 tokens agree (two slices' views, no copies)
-        return any(0 < n_prompt < min(len(seq_tokens), len(arr)) and np.array_equal(seq_tokens[:n_prompt + 1],
-                                                                                      arr[:n_prompt + 1])
-                   for seq_tokens, n_prompt in self.recent)
+        # it continues one past its prompt: their first n_prompt + 1 tokens agree, and the prompt goes on after
+        # that (as the reuse rule above: at least a block reused, not the whole prompt). Short prompts ("Once upon a
+        # time") do not count: one-off texts share them and a first answer token.
+        tried = [(seq_tokens, m) for _, seq_tokens, n_prompt in self.recent
+                 if self.cfg.block <= (m := n_prompt + 1) < len(tokens) and m <= len(seq_tokens)
+                 and int(seq_tokens[m - 1]) == tokens[m - 1] and int(seq_tokens[0]) == tokens[0]]
+        if not tried:
+            return False  # most admissions: no array made
+        arr = np.asarray(tokens[:max(m for _, m in tried)], dtype=np.int32)
+        return any(np.array_equal(seq_tokens[:m], arr[:m]) for seq_tokens, m in tried)
 
     def _note_reuse(self, reused: bool) -> None:
         self.reuse_rate = USEFUL_DECAY * self.reuse_rate + (1 - USEFUL_DECAY) * reused
@@ -321,12 +324,13 @@ class PromptCache:
         if not (self.cfg.bound_residents and self.config.kv_unified):  # KV streams: a resident costs only its slot
             self._evict_entries(lambda: self._entry_cells() <= budget)
             return
-        idle = sorted((seq for seq, r in enumerate(self.resident) if r is not None and not self._in_grace(seq)),
+        now = self.clock()  # one moment for the whole pass: a grace ending within it would count what it cannot cut
+        idle = sorted((seq for seq, r in enumerate(self.resident) if r is not None and not self._in_grace(seq, now)),
                       key=lambda s: self.released_at[s])
         answers = {seq: self.resident[seq].n - n for seq in idle if (n := self._prompt_end(seq, self.resident[seq]))}
         share = self.cfg.share(self.reserved)
         for seq in idle:
-            if self._kept_cells() <= budget and sum(answers.values()) <= share:
+            if self._kept_cells(now) <= budget and sum(answers.values()) <= share:
                 break
             if answers.pop(seq, 0):
                 self._cut_to_prompt(seq)
@@ -336,14 +340,14 @@ class PromptCache:
         once = [s for s in idle if self.resident[s] is not None and not self.resident[s].recurs]
         n_running = sum(1 for r in self.reserved if r)
         for i, seq in enumerate(once):
-            kept = self._kept_cells()
+            kept = self._kept_cells(now)
             if kept <= budget and (kept <= share or len(once) - i <= n_running):
                 break
             self._drop_resident(seq)
-        if self._evict_entries(lambda: self._kept_cells() <= budget):
+        if self._evict_entries(lambda: self._kept_cells(now) <= budget):
             return
         for seq in [s for s in idle if self.resident[s] is not None]:
-            if self._kept_cells() <= budget:
+            if self._kept_cells(now) <= budget:
                 return
             self._drop_resident(seq)
 
@@ -357,11 +361,11 @@ class PromptCache:
                 self.device.evict(key)
         return enough()
 
-    def _kept_cells(self) -> int:
+    def _kept_cells(self, now: float) -> int:
         """KV cells idle residents and device entries hold beyond the running requests' own: an entry whose cells a
         slot's sequence holds too costs nothing more (an upper bound otherwise: cells shared by entries, or by a
         resident and a running request, count for each). Residents in their grace are not counted yet."""
-        return (sum(r.n for seq, r in enumerate(self.resident) if r is not None and not self._in_grace(seq))
+        return (sum(r.n for seq, r in enumerate(self.resident) if r is not None and not self._in_grace(seq, now))
                 + self._entry_cells())
 
     def tick(self) -> None:
@@ -369,20 +373,21 @@ class PromptCache:
         grace ends now is held to the budget with the others at once, not at the next admission or release."""
         self.steps += 1
         if self.graced:
-            ended = {seq for seq in self.graced if not self._in_grace(seq)}
+            now = self.clock()
+            ended = {seq for seq in self.graced if not self._in_grace(seq, now)}
             if ended:
                 self.graced -= ended
                 if any(self.resident[seq] is not None for seq in ended):
                     self._hold_to_budget()
 
-    def _in_grace(self, seq: int) -> bool:
+    def _in_grace(self, seq: int, now: float) -> bool:
         """Whether slot ``seq``'s resident is a conversation's turn released under ``CacheConfig.release_grace``
         steps or ``release_grace_s`` seconds ago, whichever ends later: neither cut nor given up for the budget, nor
         counted in it, since a closed-loop client's next turn is on its way."""
         res = self.resident[seq]
         return res is not None and res.talks and (
             self.steps - self.released_at[seq] < self.cfg.release_grace
-            or self.clock() - self.released_time[seq] < self.cfg.release_grace_s)
+            or now - self.released_time[seq] < self.cfg.release_grace_s)
 
     def _entry_cells(self) -> int:
         """Cells of the device entries that no slot's sequence shares."""
@@ -591,7 +596,7 @@ class PromptCache:
                                       checkpoints=[c for c in ckpts if c.n <= n], recurs=self.recurs[seq],
                                       n_prompt=min(len(slot.prompt), n), talks=self.talks[seq])
         self.released_at[seq], self.released_time[seq] = self.steps, self.clock()
-        self.recent.append((self.resident[seq].tokens, self.resident[seq].n_prompt))
+        self.recent.append((seq, self.resident[seq].tokens, self.resident[seq].n_prompt))
         if self.talks[seq] and (self.cfg.release_grace or self.cfg.release_grace_s):
             self.graced.add(seq)
         self._hold_to_budget()  # one request fewer running: the kept cells' share of the KV shrinks with the load
@@ -755,6 +760,8 @@ class PromptCache:
         self.resident[seq] = None
         self.live_ckpts[seq] = []
         self._clear(seq)
+        # erased means forgotten: the conversation check keeps nothing released from this slot either
+        self.recent = deque((r for r in self.recent if r[0] != seq), maxlen=self.recent.maxlen)
         return {"id_slot": seq, "n_erased": res.n if res is not None else 0}
 
     def _idle_resident(self, seq: int) -> Optional[Snapshot]:

@@ -28,7 +28,6 @@ import os
 import gguf
 
 from ..compat.gguf_meta import GGUFMeta, read_metadata
-from ..errors import ModelLoadError
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +39,9 @@ _MMQ_ALWAYS = int(gguf.GGMLQuantizationType.Q8_0)  # the patch leaves Q8_0 with 
 def largest_pass_matrix(meta: GGUFMeta) -> int:
     """Elements of the largest 2-D quantized weight that patches/0006 would multiply as passes (0: none)."""
     largest = 0
-    for t in meta.tensors.values():
-        if len(t.dims) != 2 or t.ggml_type == _MMQ_ALWAYS:
+    untied = "output.weight" in meta.tensors  # then the embedding is only looked up, never multiplied
+    for name, t in meta.tensors.items():
+        if len(t.dims) != 2 or t.ggml_type == _MMQ_ALWAYS or (untied and name == "token_embd.weight"):
             continue
         try:
             block, _ = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(t.ggml_type)]
@@ -58,7 +58,8 @@ def choose_for(path) -> None:
         return  # the user's choice, or an earlier model's
     try:
         largest = largest_pass_matrix(read_metadata(path))
-    except ModelLoadError:  # llama.cpp's load says what is wrong with the file; the passes stay as they are
+    except Exception as exc:  # noqa: BLE001  advisory only: llama.cpp's load says what is wrong with the file
+        log.debug("%s: MMVQ passes left as they are (%s)", path, exc)
         return
     if largest > PASSES_MAX_ELEMENTS:
         os.environ[ENV] = "0"

@@ -452,6 +452,26 @@ def test_a_conversation_keeps_its_transcript_through_a_turnaround_of_many_fast_s
     assert timed[0] >= 0.85 * timed[1] and steps_only[0] < 0.8 * timed[1], (timed, steps_only)
 
 
+def test_only_a_prompt_that_goes_on_past_a_released_answer_is_a_conversations_turn():
+    """``PromptCache._answers_back`` alone: a prompt continuing a recently released sequence past its prompt (into
+    the answer, and on) is a turn; the same prompt again, one that leaves the answer at once, one that ends inside
+    it, and a continuation of a short prompt (one-off texts share those and a first answer token) are not."""
+    from collections import deque
+    from types import SimpleNamespace
+
+    from pydflash.engine.prefix import PromptCache
+
+    seq = np.arange(1, 301, dtype=np.int32)  # a 200-token prompt and its 100-token answer
+    pc = SimpleNamespace(cfg=CacheConfig(block=16), recent=deque([(3, seq, 200), (5, seq[:40], 5)]))
+    turn = seq[:260].tolist() + [7, 8, 9]  # the answer's first 60 tokens back (the rest retokenized), a new line
+    assert PromptCache._answers_back(pc, turn)
+    assert not PromptCache._answers_back(pc, seq[:200].tolist())  # the prompt again
+    assert not PromptCache._answers_back(pc, seq[:200].tolist() + [999, 7, 8])  # not its answer
+    assert not PromptCache._answers_back(pc, seq[:201].tolist())  # ends inside the answer: nothing sent back
+    pc.recent = deque([(5, seq[:40], 5)])
+    assert not PromptCache._answers_back(pc, seq[:20].tolist())  # past a 5-token prompt only
+
+
 def test_a_conversation_sent_again_reuses_its_first_turn(tiny):
     """Gemma-3 (window 64): a conversation whose first turn comes back three times, its later turns different each
     time (a client replaying a system prompt and first question). The later turns' device entries share as much
