@@ -23,11 +23,15 @@ def _restore_switch():
         os.environ[mmvq.ENV] = before
 
 
-def _weights_gguf(path, rows: int, cols: int, qtype: gguf.GGMLQuantizationType):
-    """A GGUF holding one quantized rows x cols matrix (cols = ggml's ne0) of zero bytes: only its header is read."""
-    block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+def _weights_gguf(path, rows: int, cols: int, qtype: gguf.GGMLQuantizationType, name: str = "blk.0.ffn_up.weight",
+                  head: gguf.GGMLQuantizationType | None = None):
+    """A GGUF holding one quantized rows x cols matrix (cols = ggml's ne0) of zero bytes, and with ``head`` an
+    output.weight of that type and shape: only its header is read."""
     w = gguf.GGUFWriter(str(path), "qwen3")
-    w.add_tensor("blk.0.ffn_up.weight", np.zeros((rows, cols // block * type_size), np.uint8), raw_dtype=qtype)
+    for tname, t in ((name, qtype), ("output.weight", head)):
+        if t is not None:
+            block, type_size = gguf.GGML_QUANT_SIZES[t]
+            w.add_tensor(tname, np.zeros((rows, cols // block * type_size), np.uint8), raw_dtype=t)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -56,6 +60,14 @@ def test_q8_0_matrices_never_count(tmp_path):
     assert mmvq.largest_pass_matrix(mmvq.read_metadata(path)) == 0
     mmvq.choose_for(path)
     assert mmvq.ENV not in os.environ
+
+
+def test_an_embedding_counts_only_where_it_is_the_head(tmp_path):
+    big, k, q8 = (151936 // 64, 2560), gguf.GGMLQuantizationType.Q6_K, gguf.GGMLQuantizationType.Q8_0
+    tied = _weights_gguf(tmp_path / "tied.gguf", *big, k, name="token_embd.weight")
+    untied = _weights_gguf(tmp_path / "untied.gguf", *big, k, name="token_embd.weight", head=q8)
+    assert mmvq.largest_pass_matrix(mmvq.read_metadata(tied)) == big[0] * big[1]  # multiplied as the head
+    assert mmvq.largest_pass_matrix(mmvq.read_metadata(untied)) == 0  # only looked up; the head is Q8_0
 
 
 def test_the_users_own_setting_stands(tmp_path):
