@@ -17,7 +17,7 @@ PASSES_MAX_ELEMENTS. Between the two measured shapes (1.3 M and >= 2.6 M element
 guess, near their geometric middle. A process serves one pair (each pydflash-server worker does), so one choice per
 process is one per model; a process that loads a small model, runs it, then a large one keeps the first choice. A
 user's own GGML_CUDA_MMVQ_PASSES is never overridden. On a CPU or a GPU other than Hopper the variable changes
-nothing, and an RPC server (--rpc) makes its own choice: the variable is this process's.
+nothing, and an RPC server (--rpc) keeps its own default: the variable is this process's.
 """
 
 from __future__ import annotations
