@@ -361,10 +361,11 @@ class PromptCache:
                 self.device.evict(key)
         return enough()
 
-    def _kept_cells(self, now: float) -> int:
+    def _kept_cells(self, now: Optional[float] = None) -> int:
         """KV cells idle residents and device entries hold beyond the running requests' own: an entry whose cells a
         slot's sequence holds too costs nothing more (an upper bound otherwise: cells shared by entries, or by a
         resident and a running request, count for each). Residents in their grace are not counted yet."""
+        now = self.clock() if now is None else now  # a budget pass gives its own moment
         return (sum(r.n for seq, r in enumerate(self.resident) if r is not None and not self._in_grace(seq, now))
                 + self._entry_cells())
 
