@@ -27,7 +27,10 @@ halves() {  # FILE DIR_A DIR_B SHA_FILE: FILE's two halves as DIR_A/NAME.00 and 
 SAFETENSORS=pydflash/models/gemma-3-270m-dflash.safetensors
 DATA_RUNS=pydflash/train/gguf_data
 SITE=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-rm -rf .device-bench && mkdir -p .device-bench/g0 .device-bench/g0b .device-bench/g1 .device-bench/g1b/whl
+# everything but the prebuilt build packs (gbp*, gbq*: scripts/dev/store_build.sh), which stay valid while the
+# source packed below is byte for byte the same
+mkdir -p .device-bench && find .device-bench -mindepth 1 -maxdepth 1 ! -name 'gbp*' ! -name 'gbq*' -exec rm -rf {} +
+mkdir -p .device-bench/g0 .device-bench/g0b .device-bench/g1 .device-bench/g1b/whl
 if [ "${SLIM:-0}" = 1 ] && [ -f $SAFETENSORS ]; then
     git diff --quiet HEAD -- $SAFETENSORS $DATA_RUNS \
         || { echo "prepare_carry: $SAFETENSORS or $DATA_RUNS differs from HEAD: not removed" >&2; exit 1; }
@@ -43,12 +46,15 @@ fi
 # with every data run, and the source must still fit one call beside it
 SKIP_BACKENDS=$(printf -- "--exclude=llama.cpp/ggml/src/ggml-%s " \
     opencl vulkan hexagon sycl metal et webgpu openvino cann virtgpu zdnn)
-tar czf .device-bench/g0/src.tgz --exclude='llama.cpp/models' --exclude='llama.cpp/docs' --exclude='llama.cpp/benches' \
+# byte for byte the same from the same source (names sorted, times, owners and gzip's header fixed): its sha256 is
+# part of the prebuilt packs' key (remote.sh build_key), which a new pack of the same source must not change
+tar cf - --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner \
+    --exclude='llama.cpp/models' --exclude='llama.cpp/docs' --exclude='llama.cpp/benches' \
     --exclude='llama.cpp/media' --exclude='*.png' --exclude='llama.cpp/tools/ui/node_modules' \
     --exclude='llama.cpp/tests' --exclude='llama.cpp/gguf-py' --exclude='llama.cpp/conversion' $SKIP_BACKENDS \
     --exclude='llama.cpp/examples' \
     --exclude='llama.cpp/tools/ui/src' --exclude='llama.cpp/tools/ui/static' --exclude='llama.cpp/tools/ui/tests' \
-    -C vendor llama.cpp
+    -C vendor llama.cpp | gzip -n > .device-bench/g0/src.tgz
 # in two halves, one call each (g0, g0b): the tree grows by ~1.5 MB with every data run and the whole source would
 # stop fitting one call beside it; `start` joins them and checks the sha
 halves .device-bench/g0/src.tgz .device-bench/g0 .device-bench/g0b .device-bench/g1/src.sha256
