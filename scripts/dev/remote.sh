@@ -101,13 +101,12 @@
 #                     only (no Gemma parts). SCALE_QUANT=Q8_0 benchmarks the Q8_0 target instead. JSON as
 #                     scale4b_{a,b}_<quant>.json (render locally: http_vs_native.py --render both); extra args go to
 #                     http_vs_native.py and win (e.g. --only 'native-synth*' --clients 4,16 to finish a cut chunk).
-#                     Time, estimated (not yet run; H200 figures above and docs/byo-pair.md's sizes): the builds end
-#                     ~5-8 min after start; the F16 files (4.56 B values, 9 GB) ~1-2 min beside them; quantizing
-#                     Q4_K_M + Q8_0 + drafter ~1 min on 16 cores. A first scale4b-a called right after start spends
-#                     its call on that and stops if under 240 s are left ("run scale4b-a again": then ~280 s, 4
-#                     servers x ~20 s to load + ~150 s of rounds at an assumed ~200 tok/s plain at c1). scale4b-b:
-#                     7 servers, ~450-500 s (native-synth1, drafting 15 tokens to keep one, is the slow one). All in
-#                     all ~22-25 of the session's 30 min with the ~2 min of staging.
+#                     Time, measured on an H100 (2026-12-06, docs/results/2026-12-06-h100-scale4b): the F16 files
+#                     126 s beside the builds (both at -j8, ~10 min); after them, quantizing and the benchmark's 4
+#                     servers x 4 levels x 3 rounds (~290 s) fit the first scale4b-a call (492 s in all). With
+#                     prebuilt packs the builds take seconds and the call ~7 min. The same call with --only of 4
+#                     conditions, --clients 1,8 and --rounds 2: 95 s. scale4b-b (7 servers) is estimated at
+#                     ~450-500 s (native-synth1, drafting 15 tokens to keep one, is the slow one); not yet run.
 #   remote.sh scaleout replicas|split [scripts/bench/scale_out.py args...]  the nvidia-h200-x2 kind: past one GPU through
 #                     HTTP (docs/scale-out.md, "Measured on two GPUs"). Needs part 0, 0b, 1b, start, the Gemma parts
 #                     (replicas: the default pair) and Ray, which the image lacks: `part r0` .. `part rN` stage the
