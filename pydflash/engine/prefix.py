@@ -228,7 +228,7 @@ class PromptCache:
         # time") do not count: one-off texts share them and a first answer token.
         tried = [(seq_tokens, m) for _, seq_tokens, n_prompt in self.recent
                  if self.cfg.block <= (m := n_prompt + 1) < len(tokens) and m <= len(seq_tokens)
-                 and int(seq_tokens[m - 1]) == tokens[m - 1] and int(seq_tokens[0]) == tokens[0]]
+                 and int(seq_tokens[m - 1]) == tokens[m - 1]]
         if not tried:
             return False  # most admissions: no array made
         arr = np.asarray(tokens[:max(m for _, m in tried)], dtype=np.int32)

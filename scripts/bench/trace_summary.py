@@ -69,7 +69,7 @@ def draft_shapes(decode: list[dict], warm: int = 2) -> list[dict]:
     for n in sorted(by):
         early = [s for first, s in by[n] if first]
         later = [s for first, s in by[n] if not first]
-        row = {"n": n, "steps": len(by[n]), "shapes": len({k for k in seen if k[0] == n}),
+        row = {"n": n, "steps": len(by[n]), "shapes": sum(1 for k in seen if k[0] == n),
                f"steps_in_first_{warm}_runs": len(early)}
         for name, xs in (("early", early), ("later", later)):
             if xs:
