@@ -527,14 +527,14 @@ class DraftPolicy:
         cv0, cd0 = self._chords(n, ks)
         for i in range(ROUNDS):
             cv, cd = (cv0, cd0) if i == 0 else self._chords(n, ks)
-            ks = _best_ks(curves, maxes, lam, f * cv, f * cd)
+            ks = best_ks(curves, maxes, lam, f * cv, f * cd)
             if not any(ks):
                 break
             rate = self._rate(n, curves, ks)
             if rate <= best_rate:
                 break
             best, best_rate, lam = ks, rate, rate
-        return list(best), lambda: _best_ks(curves, maxes, plain, cv0, cd0, min_k=PROBE_K)
+        return list(best), lambda: best_ks(curves, maxes, plain, cv0, cd0, min_k=PROBE_K)
 
     def _why_pause(self, n: int, curves: list[list[float]], ks: list[int], plain: float) -> str:
         """One line on a pause decision: plain decoding's rate against that of each slot's best drafting K, with
@@ -593,7 +593,7 @@ class DraftPolicy:
         return None
 
 
-def _best_ks(curves: list[list[float]], maxes: list[int], lam: float, cv: float, cd: float,
+def best_ks(curves: list[list[float]], maxes: list[int], lam: float, cv: float, cd: float,
              min_k: int = 0) -> list[int]:
     """Per slot, argmax_K E(K) - lam * (cv K + cd (K + 1)) over K in {0} and CANDIDATES up to its draft_max (0 when
     that is 0); with min_k, only K >= min(min_k, draft_max)."""

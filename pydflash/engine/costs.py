@@ -142,6 +142,19 @@ class Curve:
         return ts[i - 1] + (ts[i] - ts[i - 1]) * (x - x0) / (x1 - x0)
 
 
+def _shape_for(own: Curve, other: Curve, x: float) -> Curve:
+    """The curve whose shape prices x: own where it covers x, else other where that does; else the one that has a
+    slope to extrapolate with (two points or more), own first. Steps without features are measured at x = n only,
+    in pauses, until copies (copies.py) verify more: extrapolated from that one point, a cost proportional to x
+    priced each copied token at a whole plain step, where the curve with features (calibration's drafting steps)
+    knew a verify token's cost, and no copy was ever tried."""
+    if own.covers(x) or not other.known:
+        return own
+    if other.covers(x) or not own.known:
+        return other
+    return own if len(own.points) >= 2 or len(other.points) < 2 else other
+
+
 def _running_max(values):
     m = -math.inf
     for v in values:
@@ -190,12 +203,12 @@ class StepCosts:
         return self.verify_any[features].known
 
     def verify(self, n: int, x: float, features: bool) -> Optional[float]:
-        """V_f(n, x): n's own curve where it covers x, else the shape of all n levelled on n's nearest point;
-        the other feature state's curves while this one has none."""
+        """V_f(n, x): n's own curve where it covers x, else the shape of all n levelled on n's nearest point (the
+        other feature state's shape where this one's cannot tell, ``_shape_for``)."""
         own = self.verify_by_n.get((features, n))
         if own is not None and own.covers(x):
             return own(x)
-        shape = self.verify_any[features] if self.known(features) else self.verify_any[not features]
+        shape = _shape_for(self.verify_any[features], self.verify_any[not features], x)
         if not shape.known:
             return None
         level = own if own is not None and own.known else self.verify_by_n.get((not features, n))
@@ -224,6 +237,18 @@ class StepCosts:
         m = min(both)[1]
         return on * min(1.0, self.verify_by_n[(False, m)](m) / self.verify_by_n[(True, m)](m))
 
+    def verify_floor(self, n: int, x: float, features: bool) -> Optional[float]:
+        """The least V_f(n, x) can be by what was measured: the estimate, or where x lies above every verify size
+        measured (either feature state, any n), the estimate at the largest of them, since a cost never falls with
+        more tokens and nothing says it rises. Copies (copies.py) price their tokens so: each of their steps is
+        measured, so a size they try is known from then on, where an extrapolated price (the last slope of two
+        noisy points on a CPU: 4x a copied token's cost) kept them from ever trying."""
+        est = self.verify(n, x, features)
+        tops = [c._points()[0][-1] for c in self.verify_any.values() if c.known]
+        if est is None or not tops or x <= max(tops):
+            return est
+        return min(est, self.verify(n, max(tops), features))
+
     def draft_floor(self, x: float) -> Optional[float]:
         """The least D(x) can be by what was measured (``Curve.floor``): at most the estimate, less where that is
         extrapolated above the measured block sizes."""
@@ -236,11 +261,11 @@ class StepCosts:
         own = self.verify_by_n.get((True, n))
         return own is not None and own.has(x) and (blocks == 0 or self.draft.has(blocks))
 
-    def verify_chord(self, n: int, x0: float, x1: float) -> float:
-        """Seconds per extra verify token (features on) between x0 and x1, >= 0."""
+    def verify_chord(self, n: int, x0: float, x1: float, features: bool = True) -> float:
+        """Seconds per extra verify token (features on or off) between x0 and x1, >= 0."""
         if x1 <= x0:
             return 0.0
-        return max(0.0, (self.verify(n, x1, True) - self.verify(n, x0, True)) / (x1 - x0))
+        return max(0.0, (self.verify(n, x1, features) - self.verify(n, x0, features)) / (x1 - x0))
 
     def draft_chord(self, x0: float, x1: float) -> float:
         if x1 <= x0:

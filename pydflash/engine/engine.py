@@ -1,7 +1,7 @@
 """The step engine: many concurrent requests ("slots"), one DFlash transaction per step.
 
     step():  admit -> plan drafts -> propose (one drafter forward; where a slot's text repeats itself, a chain
-             copied from it may replace its block, lookup.py)
+             copied from it may replace its block, lookup.py, or stand where the plan gave it none, copies.py)
              -> verify (one target forward, which also carries the next prompt chunk of slots still prefilling)
              -> accept + commit / rollback per slot
 
@@ -34,6 +34,7 @@ from ..native.handles import LLAMA_MAX_SEQ
 from ..native.grammar import Grammar
 from ..pair import Pair
 from . import adaptive, lookup, prefix, proposal, rejection
+from .copies import CopyPolicy
 from .costs import StepCosts
 from .accept import commit_tokens, greedy_accept, synthetic_accept, synthetic_rate
 from .controlled import HostSampler
@@ -120,6 +121,8 @@ class Engine:
         self.synth_p = None
         # copied chains (lookup.py) where a drafter drafts for real: synthetic acceptance ignores what is drafted
         self._looks_up = config.lookup and self.drafter is not None and config.synth_len is None
+        # copies where the plan drafts nothing (copies.py): they need the adaptive policy's cost curves
+        self.copies = CopyPolicy(self.drafting.costs) if self._looks_up and config.adaptive else None
         self.drafter_restarts = 0  # drafter contexts started over after a feature gap (see _keep_features)
         if config.synth_len is not None:
             if self.drafter is None:
@@ -238,6 +241,7 @@ class Engine:
         self._extract_features_if_needed(plan, chunks, features, len(active))
         drafts = self._propose(plan, prefilling)                                             # propose
         others = self._copy_where_better(plan, drafts)                                       # (or copy)
+        copied = self._copy_where_idle(plan, drafts)
         self._settle_features(active)
         self._before_verify()
         verdicts = self.verifier.verify([(s, drafts.get(s.seq, [])) for s in running], chunks,  # verify (+ prefill)
@@ -245,9 +249,9 @@ class Engine:
         for slot, chunk in chunks:
             self._prefilled(slot, len(chunk), *verdicts[slot.seq])
         t_commit = time.perf_counter()
-        events = [self._commit(s, drafts.get(s.seq, []), *verdicts[s.seq], others.get(s.seq))  # accept + commit
-                  for s in running]
-        self._account(plan, prefilling, clock, time.perf_counter() - t_commit)
+        events = [self._commit(s, drafts.get(s.seq, []), *verdicts[s.seq], others.get(s.seq),  # accept + commit
+                               s.seq in copied) for s in running]
+        self._account(plan, prefilling, clock, time.perf_counter() - t_commit, sum(copied.values()))
         return events
 
     def _propose(self, plan: list[tuple[Slot, int]], prefilling: list[Slot]) -> dict[int, list[int]]:
@@ -275,6 +279,24 @@ class Engine:
                 if other is not None:
                     others[slot.seq] = (other, is_copy)
         return others
+
+    def _copy_where_idle(self, plan: list[tuple[Slot, int]], drafts: dict[int, list[int]]) -> dict[int, int]:
+        """Give a slot the plan left without drafts the chain copied from its own text, where that text repeats and
+        copying pays at plain decoding's rate (copies.py). Returns the copying slots' seqs and copy lengths."""
+        if self.copies is None:
+            return {}
+        found = [(slot, chain) for slot, k in plan if not k
+                 for chain in (self.copies.candidate(slot.history, slot.draft_max),) if chain]
+        if not found:
+            return {}
+        ks = self.copies.choose(len(plan), [(slot.copy_counts, len(chain)) for slot, chain in found],
+                                self.target_ctx.features_on)
+        copied = {}
+        for (slot, chain), k in zip(found, ks):
+            if k:
+                drafts[slot.seq] = chain[:k]
+                copied[slot.seq] = k
+        return copied
 
     def _settle_features(self, active: list[Slot]) -> None:
         """Feature rows a slot keeps pending past this step (it did not inject them) are still in the target's
@@ -369,9 +391,9 @@ class Engine:
         slot.restart_features(pos)
 
     def _commit(self, slot: Slot, drafts: list[int], picks: list[int], rows, pos0: int,
-                other: Optional[tuple[list[int], bool]] = None) -> Event:
+                other: Optional[tuple[list[int], bool]] = None, copy_only: bool = False) -> Event:
         """other: where the slot had a candidate copy (lookup.py), the chain not verified and whether the verified
-        one was the copy."""
+        one was the copy; copy_only: the drafts are a copy the plan did not ask for (copies.py)."""
         k = len(drafts)
         m, committed = self._accept(slot, drafts, picks)
         m_drafter = m  # what the drafter's block earned: adaptive drafting sizes blocks by it
@@ -383,6 +405,10 @@ class Engine:
             if copied:
                 slot.stats.n_lookup_steps += 1
                 slot.stats.n_lookup_accepted += m
+        if copy_only:  # what copies earn teaches copies, never the drafter's evidence
+            self.copies.observe(slot.copy_counts, k, m)
+            slot.stats.n_lookup_steps += 1
+            slot.stats.n_lookup_accepted += m
         self.target_ctx.accept(slot.seq, committed)
         if m < k:  # rollback: the target wrote [pos0, pos0 + k]; keep up to the last accepted draft (made during
             self.target_ctx.seq_rm_later(slot.seq, pos0 + m + 1)  # the next drafter forward, or before any KV use)
@@ -396,7 +422,7 @@ class Engine:
         if slot.history is not None:
             slot.history.extend(new_tokens)
         slot.stats.record_step(k, m, len(new_tokens))
-        if self.config.adaptive:
+        if self.config.adaptive and not copy_only:
             self.drafting.observe(slot.policy, k, m_drafter)
         if self.config.check_invariants:
             self._check(slot)
@@ -508,10 +534,12 @@ class Engine:
         dn = self.drafter.ctx.t_native if self.drafter else 0.0
         return time.perf_counter(), dn, self.target_ctx.t_native
 
-    def _account(self, plan: list[tuple[Slot, int]], prefilling: list[Slot], clock, t_commit: float) -> None:
+    def _account(self, plan: list[tuple[Slot, int]], prefilling: list[Slot], clock, t_commit: float,
+                 n_copied: int = 0) -> None:
         """Split the step: draft = drafter native time, verify = target forward, commit = accept/rollback/emit,
         host = the rest (batch building, feature copies, Python bookkeeping). A slot still prefilling counts the
-        whole step as prefill time. Adaptive drafting learns its cost curves from the decode-only steps."""
+        whole step as prefill time. Adaptive drafting learns its cost curves from the decode-only steps.
+        n_copied: verify tokens copied where the plan drafted nothing (copies.py)."""
         t0, dn0, tn0 = clock
         now, dn1, tn1 = self._clock()
         total = now - t0
@@ -520,7 +548,7 @@ class Engine:
         for slot in prefilling:
             slot.stats.t_prefill += total
         if self.config.adaptive and self.drafter is not None and plan and not prefilling:
-            self._observe_costs(plan, total)
+            self._observe_costs(plan, total, n_copied)
         for st in [s.stats for s, _ in plan] + [self.stats]:
             st.t_draft += split[0]
             st.t_verify += split[1]
@@ -529,19 +557,21 @@ class Engine:
         if self.trace is not None:
             pol = self.drafting
             self.trace.write(t=round(t0, 6), n=len(plan), prefilling=len(prefilling), ks=[k for _, k in plan],
-                             features=self.target_ctx.features_on, s=round(total, 6),
+                             copied=n_copied, features=self.target_ctx.features_on, s=round(total, 6),
                              split=[round(x, 6) for x in split], predicted=pol.predicted,
                              overhead=round(pol.overhead_at(len(plan)), 3) if plan else None, pause=pol.pause)
 
-    def _observe_costs(self, plan: list[tuple[Slot, int]], total: float) -> None:
+    def _observe_costs(self, plan: list[tuple[Slot, int]], total: float, n_copied: int = 0) -> None:
         """Teach adaptive drafting this decode step's measured cost: the drafter's part (its injection and block
-        forward, host work included) is D's, everything else scales with the verify tokens and is V's (costs.py)."""
-        if not self.drafting.samples_costs():  # most of a long pause's steps (adaptive.PAUSED_SAMPLE_EVERY)
+        forward, host work included) is D's, everything else scales with the verify tokens and is V's (costs.py).
+        A step with copies is always taught: copies choose their length by the verify curve's longer shapes."""
+        if not self.drafting.samples_costs() and not n_copied:  # most of a long pause's steps (PAUSED_SAMPLE_EVERY)
             return
         cost = self.drafter.last_cost
-        self._teach_costs(plan, total - cost.inject_s - cost.block_s, cost)
+        self._teach_costs(plan, total - cost.inject_s - cost.block_s, cost, n_copied)
 
-    def _teach_costs(self, plan: list[tuple[Slot, int]], t_verify: float, cost: ProposeCost) -> None:
+    def _teach_costs(self, plan: list[tuple[Slot, int]], t_verify: float, cost: ProposeCost,
+                     n_copied: int = 0) -> None:
         """One decode step's V and D for the policy's cost curves (a replay with modelled costs can pass its own).
 
         A drafting slot injects what it committed since it last drafted: at most a block per step while it keeps
@@ -554,12 +584,13 @@ class Engine:
         drafting = [k for _, k in plan if k]
         steady = cost.rows <= self.block_size * len(drafting)
         t_draft = cost.inject_s + cost.block_s if steady else cost.block_s
-        n_verify, n_block = sum(1 + k for _, k in plan), sum(1 + k for k in drafting)
+        n_verify, n_block = sum(1 + k for _, k in plan) + n_copied, sum(1 + k for k in drafting)
         kept = self.drafting.costs.observe(len(plan), n_verify, self.target_ctx.features_on, t_verify, n_block,
                                            t_draft, self.drafting.costs_are_upper_bounds())
-        # the whole step against what the curves predicted for it (adaptive: realized against modelled)
-        self.drafting.observe_step(len(plan), t_verify + cost.inject_s + cost.block_s, steady and kept,
-                                   (len(plan), n_verify, n_block))
+        # the whole step against what the curves predicted for it (adaptive: realized against modelled); copies'
+        # verify tokens were not in the prediction
+        self.drafting.observe_step(len(plan), t_verify + cost.inject_s + cost.block_s,
+                                   steady and kept and not n_copied, (len(plan), n_verify, n_block))
 
     # --- slots ----------------------------------------------------------------------------------------
     def _admit(self) -> None:

@@ -48,10 +48,10 @@ class History:
             last[tuple(toks[i - NGRAM + 1:i + 1])] = i
         self._indexed = max(self._indexed, len(toks) - 1)
 
-    def continuation(self, k: int) -> tuple[list[int], int]:
+    def continuation(self, k: int, min_match: int = NGRAM) -> tuple[list[int], int]:
         """The k tokens that followed the last earlier occurrence of the history's final NGRAM tokens, and how many
-        tokens that match spans (NGRAM..LONG_MATCH); ([], 0) if they never occurred before. A match that runs into
-        the present (a loop shorter than k) continues the loop."""
+        tokens that match spans (NGRAM..LONG_MATCH); ([], 0) if they never occurred before, ([], n) if the match
+        spans fewer than min_match. A match that runs into the present (a loop shorter than k) continues the loop."""
         toks = self.tokens
         if k <= 0 or len(toks) < NGRAM:
             return [], 0
@@ -62,6 +62,8 @@ class History:
         n = NGRAM
         while n < LONG_MATCH and j - n >= 0 and toks[j - n] == toks[-1 - n]:
             n += 1
+        if n < min_match:  # copies.py asks every slot in every step: no chain built for nothing
+            return [], n
         period = len(toks) - 1 - j
         out = toks[j + 1:j + 1 + min(k, period)]
         while len(out) < k:  # the copy reached the end of the history: what it copied since repeats

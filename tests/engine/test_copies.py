@@ -1,0 +1,118 @@
+"""Copies where the drafter does not draft (engine/copies.py): a slot whose text repeats verifies what followed the
+same words before, with no drafter forward, while adaptive drafting pauses; what copies earn never teaches the
+drafter's evidence, and the output stays the target's."""
+
+from __future__ import annotations
+
+from tests.helpers.oracle import Oracle
+from pydflash import api
+from pydflash.config import EngineConfig
+from pydflash.engine.copies import START_RATE, CopyPolicy, relax, start_counts
+from pydflash.engine.costs import StepCosts
+from pydflash.engine.lookup import LONG_MATCH, History
+from pydflash.engine.request import Request
+
+LOOP = "the cat sat on the mat. the cat sat on the mat. the cat"  # the tiny qwen3 target's greedy text loops on it
+
+
+def _costs(plain: float, per_token: float, up_to: int, n: int = 4) -> StepCosts:
+    """Cost curves as an engine has them after calibration: features-on verifies of n slots measured from n to
+    ``up_to`` tokens, and the pause's featureless plain step, each past its warm-up."""
+    c = StepCosts(drop_first=False)
+    for x in range(n, up_to + 1, 4):
+        for _ in range(3):
+            c.observe(n, x, True, plain * 1.05 + per_token * (x - n), 0, 0.0)
+    for _ in range(3):
+        c.observe(n, n, False, plain, 0, 0.0)
+    return c
+
+
+def test_a_long_match_is_a_candidate_a_short_one_is_not():
+    text = list(range(100, 100 + LONG_MATCH + 3))
+    assert CopyPolicy.candidate(History(text + [7] + text[:LONG_MATCH]), 3) == text[LONG_MATCH:LONG_MATCH + 3]
+    assert CopyPolicy.candidate(History(text + [7] + text[1:LONG_MATCH]), 3) == []  # one token short
+    assert CopyPolicy.candidate(None, 3) == [] and CopyPolicy.candidate(History(text + text), 0) == []
+
+
+def test_copies_go_in_where_verify_tokens_are_cheap_and_not_where_each_costs_a_step():
+    """On a GPU a verify token costs a few percent of a plain step (weights are read once for the batch): a fresh
+    slot's copy goes in long. Where each costs what a plain step of 4 slots does per token, only high acceptance
+    could pay, and a start at START_RATE is not that."""
+    cheap = CopyPolicy(_costs(plain=2e-3, per_token=2e-5, up_to=64))
+    assert all(k >= 8 for k in cheap.choose(4, [(start_counts(), 15), (start_counts(), 15)], features=False))
+    dear = CopyPolicy(_costs(plain=2e-3, per_token=2e-3 / 4, up_to=64))
+    assert dear.choose(4, [(start_counts(), 15)], features=False) == [0]
+
+
+def test_sizes_above_every_measured_verify_are_tried_at_the_largest_measured_price():
+    """Only sizes up to 8 tokens were measured (a CPU's calibration, whose one steep late sample would extrapolate to
+    a copy token costing more than a plain one): copies are priced at the largest measured size and tried, which
+    measures them."""
+    c = _costs(plain=40e-3, per_token=4e-3, up_to=8)
+    for _ in range(3):
+        c.observe(4, 8, True, 0.12, 0, 0.0)  # a slow sample at the top of the measured range
+    assert c.verify(4, 64, False) > 0.6  # the last slope, extrapolated
+    assert c.verify_floor(4, 64, False) <= 0.13
+    assert CopyPolicy(c).choose(4, [(start_counts(), 15)] * 4, features=False) != [0, 0, 0, 0]
+
+
+def test_the_featureless_curve_borrows_the_featured_shape_rather_than_scale_one_point():
+    c = _costs(plain=2e-3, per_token=2e-5, up_to=64)
+    # features off measured at x = n only: proportional extrapolation would give 16 x 2 ms at 64 tokens
+    assert c.verify(4, 64, False) < 2e-3 + 64 * 2e-5 + 1e-4
+
+
+def test_failed_copies_stop_and_come_back_after_the_slot_sits_out():
+    policy = CopyPolicy(_costs(plain=2e-3, per_token=2e-4, up_to=64))
+    counts = start_counts()
+    for _ in range(6):
+        policy.observe(counts, 15, 0)  # rejected at once, six times
+    assert policy.choose(4, [(counts, 15)], features=False) == [0]
+    sat_out = 1
+    while policy.choose(4, [(counts, 15)], features=False) == [0]:
+        sat_out += 1
+        assert sat_out < 200
+    assert 5 < sat_out < 100  # relax brings it back to a trial, not at once
+    fresh = start_counts()
+    relax(fresh)
+    assert fresh.accepted[0] / fresh.drafted[0] == START_RATE  # the start is relax's fixed point
+
+
+def _run(target, drafter, prompts, n, lookup=True, n_slots=None):
+    config = EngineConfig(n_ctx_slot=1024, n_slots=n_slots or len(prompts), adaptive=True, lookup=lookup)
+    with api.load(target, drafter, config=config) as llm:
+        engine = llm.engine
+        seen = {"drafter": [], "copies": []}  # what each learns from: (drafts, accepted) per slot and step
+        observe, observe_copy = engine.drafting.observe, engine.copies.observe if engine.copies else None
+        engine.drafting.observe = lambda pol, k, m: (seen["drafter"].append((k, m)), observe(pol, k, m))
+        if engine.copies is not None:
+            engine.copies.observe = lambda c, k, m: (seen["copies"].append((k, m)), observe_copy(c, k, m))
+        reqs = [Request(llm.tokenize(t), max_tokens=n, ignore_eos=True) for t in prompts]
+        return [(reqs, llm.generate_many(reqs))], seen
+
+
+def test_a_looping_text_copies_while_a_useless_drafter_pauses(tiny):
+    """The tiny random drafter never earns a pause's end, while the tiny qwen3 target's text loops: the loop is
+    verified in copies, by several slots that take turns, and the text is plain greedy's."""
+    p = tiny("qwen3")
+    prompts = [LOOP, "hello world", LOOP + " sat on"]
+    out, seen = _run(p.target, p.drafter, prompts, n=160, n_slots=2)
+    oracle = Oracle(p.target)
+    for reqs, results in out:
+        for req, res in zip(reqs, results):
+            oracle.check(req.prompt, res.tokens)
+    oracle.close()
+    loops = [out[0][1][0].stats, out[0][1][2].stats]
+    assert sum(st.n_lookup_accepted for st in loops) > 80 and sum(st.n_steps for st in loops) < 0.65 * 320, loops
+    # each step with drafts taught either adaptive drafting (the drafter's block, maybe swapped for a copy that
+    # lookup.choose preferred: scored as the block would have been) or the copies (a copy alone), never both
+    drafter = [(k, m) for k, m in seen["drafter"] if k]
+    assert len(drafter) + len(seen["copies"]) == sum(r.stats.n_draft_steps for _, res in out for r in res)
+    assert len(seen["copies"]) >= 8 and sum(m for _, m in seen["copies"]) > 0.5 * sum(k for k, _ in seen["copies"])
+    assert sum(m for _, m in drafter) < 0.2 * sum(k for k, _ in drafter)  # the drafter's blocks earn (almost) nothing
+
+
+def test_no_lookup_means_no_copies(tiny):
+    p = tiny("qwen3")
+    out, seen = _run(p.target, p.drafter, [LOOP], n=96, lookup=False)
+    assert out[0][1][0].stats.n_lookup_steps == 0 and not seen["copies"]
