@@ -241,7 +241,7 @@ class Engine:
         self._extract_features_if_needed(plan, chunks, features, len(active))
         drafts = self._propose(plan, prefilling)                                             # propose
         others = self._copy_where_better(plan, drafts)                                       # (or copy)
-        copied = self._copy_where_idle(plan, drafts)
+        copied = self._copy_where_idle(plan, drafts, chunks)
         self._settle_features(active)
         self._before_verify()
         verdicts = self.verifier.verify([(s, drafts.get(s.seq, [])) for s in running], chunks,  # verify (+ prefill)
@@ -280,9 +280,12 @@ class Engine:
                     others[slot.seq] = (other, is_copy)
         return others
 
-    def _copy_where_idle(self, plan: list[tuple[Slot, int]], drafts: dict[int, list[int]]) -> dict[int, int]:
+    def _copy_where_idle(self, plan: list[tuple[Slot, int]], drafts: dict[int, list[int]],
+                         chunks: list[tuple[Slot, list[int]]]) -> dict[int, int]:
         """Give a slot the plan left without drafts the chain copied from its own text, where that text repeats and
-        copying pays at plain decoding's rate (copies.py). Returns the copying slots' seqs and copy lengths."""
+        copying pays at plain decoding's rate (copies.py), in what the target batch has left after the verify spans
+        and the prompt chunks (a prompt is never held up by a copy). Returns the copying slots' seqs and copy
+        lengths."""
         if self.copies is None:
             return {}
         found = [(slot, chain) for slot, k in plan if not k
@@ -291,11 +294,15 @@ class Engine:
             return {}
         ks = self.copies.choose(len(plan), [(slot.copy_counts, len(chain)) for slot, chain in found],
                                 self.target_ctx.features_on)
+        room = (self.target_ctx.params.n_batch - sum(1 + len(drafts.get(slot.seq, ())) for slot, _ in plan)
+                - sum(len(chunk) for _, chunk in chunks))
         copied = {}
         for (slot, chain), k in zip(found, ks):
-            if k:
+            k = min(k, room)
+            if k > 0:
                 drafts[slot.seq] = chain[:k]
                 copied[slot.seq] = k
+                room -= k
         return copied
 
     def _settle_features(self, active: list[Slot]) -> None:

@@ -116,3 +116,26 @@ def test_no_lookup_means_no_copies(tiny):
     p = tiny("qwen3")
     out, seen = _run(p.target, p.drafter, [LOOP], n=96, lookup=False)
     assert out[0][1][0].stats.n_lookup_steps == 0 and not seen["copies"]
+
+
+def test_copies_take_only_what_the_target_batch_has_left_after_a_prompt_chunk(tiny):
+    """A long prompt arrives while a looping slot copies: its chunk takes the batch first and the copy what is left
+    (the H100 through HTTP, before: "batch capacity 512 exceeded (518 tokens)", and the engine failed)."""
+    p = tiny("qwen3")
+    long_prompts = [" ".join(f"word{i * j}" for i in range(150)) for j in range(1, 7)]
+    config = EngineConfig(n_ctx_slot=1024, n_slots=2, adaptive=True, n_batch=32, n_ubatch=32)
+    with api.load(p.target, p.drafter, config=config) as llm:
+        assert llm.engine.target_ctx.params.n_batch == 32
+        # the loop runs in one slot while the long prompts go through the other one after another
+        reqs = [Request(llm.tokenize(LOOP), max_tokens=300, ignore_eos=True)] + [
+            Request(llm.tokenize(t), max_tokens=4, ignore_eos=True) for t in long_prompts]
+        chunked_while_copying = []
+        step = llm.engine._copy_where_idle
+        llm.engine._copy_where_idle = lambda plan, drafts, chunks: (
+            lambda out: (chunked_while_copying.append(bool(out and chunks)), out)[1])(step(plan, drafts, chunks))
+        results = llm.generate_many(reqs)
+    assert any(chunked_while_copying)  # the situation arose: a chunk and a copy in one forward
+    oracle = Oracle(p.target)
+    for req, res in zip(reqs, results):
+        oracle.check(req.prompt, res.tokens)
+    oracle.close()
