@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Summarise a step trace (PYDFLASH_STEP_TRACE, pydflash/engine/trace.py): per number of running slots and kind of
-step (``off``: plain without features, ``feat``: plain with features, ``draft``: some slot drafts), the count and
+step (``off``: plain without features, ``feat``: plain with features, ``draft``: some slot drafts, ``copy``: copies
+alone, engine/copies.py), the count and
 the step's seconds (median, mean, p90) with their split, for drafting steps the measured over the predicted seconds
 (``predicted`` is set for decided drafting steps, not for calibration or probes), per slot count the share of decode
 time that drafting cost beyond plain featureless steps and how many step shapes its drafting took (and what a
@@ -18,7 +19,12 @@ import sys
 
 
 def kind(row: dict) -> str:
-    return "draft" if any(row["ks"]) else ("feat" if row["features"] else "off")
+    """draft: a drafter block went in; copy: only copies (engine/copies.py); else plain, with features or not."""
+    if any(row["ks"]):
+        return "draft"
+    if row.get("copied"):
+        return "copy"
+    return "feat" if row["features"] else "off"
 
 
 def ms(xs: list[float]) -> dict:
@@ -46,6 +52,8 @@ def summarize(rows: list[dict], worst: int = 12) -> dict:
                                             "mean": round(statistics.mean(ratios), 3)}
         if k == "draft":
             g["mean_drafts_per_step"] = round(statistics.mean(sum(r["ks"]) for r in rs), 1)
+        if k == "copy":
+            g["mean_copied_per_step"] = round(statistics.mean(r["copied"] for r in rs), 1)
         out.append(g)
     costly = sorted(decode, key=lambda r: -r["s"])[:worst]
     return {"steps": len(rows), "decode_steps": len(decode), "groups": out, "by_n": by_n(out),
@@ -55,15 +63,15 @@ def summarize(rows: list[dict], worst: int = 12) -> dict:
 
 
 def draft_shapes(decode: list[dict], warm: int = 2) -> list[dict]:
-    """Per slot count, how many step shapes its drafting steps took (verify tokens, drafter block tokens) and what
-    the steps in each shape's first ``warm`` runs cost against the later ones: a GPU replays a CUDA graph only for a
-    shape run before (patches/0007), so a policy whose shapes keep changing runs many steps without one."""
+    """Per slot count, how many step shapes its drafting and copying steps took (verify tokens, drafter block tokens)
+    and what the steps in each shape's first ``warm`` runs cost against the later ones: a GPU replays a CUDA graph
+    only for a shape run before (patches/0007), so a policy whose shapes keep changing runs many steps without one."""
     out, seen = [], {}
     by: dict[int, list[tuple[bool, float]]] = {}
     for r in decode:
-        if not any(r["ks"]):
+        if not any(r["ks"]) and not r.get("copied"):
             continue
-        shape = (r["n"], r["n"] + sum(r["ks"]), sum(k + 1 for k in r["ks"] if k))
+        shape = (r["n"], r["n"] + sum(r["ks"]) + r.get("copied", 0), sum(k + 1 for k in r["ks"] if k))
         seen[shape] = seen.get(shape, 0) + 1
         by.setdefault(r["n"], []).append((seen[shape] <= warm, r["s"]))
     for n in sorted(by):

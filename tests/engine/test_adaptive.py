@@ -662,20 +662,20 @@ def test_step_trace_writes_a_line_per_step(tiny, tmp_path, monkeypatch):
     lines = [json.loads(x) for x in (tmp_path / f"steps.{os.getpid()}").read_text().splitlines()]
     decode = [x for x in lines if x["n"]]
     assert len(decode) == res.stats.n_steps
-    assert sum(any(x["ks"]) for x in decode) == res.stats.n_draft_steps
+    assert sum(any(x["ks"]) or x["copied"] > 0 for x in decode) == res.stats.n_draft_steps  # copies: copies.py
     assert all(x["s"] > 0 and len(x["split"]) == 4 for x in lines)
     monkeypatch.syspath_prepend(str(pathlib.Path(__file__).resolve().parents[2] / "scripts" / "bench"))
     from trace_summary import summarize
 
     summary = summarize(lines)
     assert sum(g["steps"] for g in summary["groups"]) == len([x for x in decode if not x["prefilling"]])
-    assert {g["kind"] for g in summary["groups"]} <= {"off", "feat", "draft"}
+    assert {g["kind"] for g in summary["groups"]} <= {"off", "feat", "draft", "copy"}
     # where the wall time went: the steps' own seconds, and what lay between them
     t = summary["time"]
     assert t["in_steps_s"] == pytest.approx(sum(x["s"] for x in lines), abs=1e-3)
     assert t["span_s"] >= t["in_steps_s"] + t["between_steps_s"] + t["idle_s"] - 1e-3
     assert sum(r["steps"] for r in summary["by_n"]) == sum(g["steps"] for g in summary["groups"])
-    drafting = [x for x in decode if not x["prefilling"] and any(x["ks"])]
+    drafting = [x for x in decode if not x["prefilling"] and (any(x["ks"]) or x["copied"])]
     assert sum(r["steps"] for r in summary["draft_shapes"]) == len(drafting)
 
 
