@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     # None = not given: adaptive, except under --spec-synth-len, whose forced acceptance assumes a fixed block.
     p.add_argument("--lookup", action=argparse.BooleanOptionalAction, default=True,
                    help="where the text repeats itself, verify a continuation copied from it instead of the drafter's "
-                        "block when it looks better (default: on; --no-lookup: the drafter's blocks only)")
+                        "block when it looks better, or alone where adaptive drafting drafts nothing (default: on; "
+                        "--no-lookup: the drafter's blocks only)")
     p.add_argument("--draft-adaptive", action=argparse.BooleanOptionalAction, default=None,
                    help="pick the drafts per step (down to none) by measured acceptance and step cost (default: on)")
     p.add_argument("--allow-scale-mismatch", action="store_true",
