@@ -11,18 +11,27 @@ no target features, only its verify tokens, so it is chosen on its own terms, no
 - a candidate is a slot that may draft, left at 0 drafts by the plan, whose history ends in a match of LONG_MATCH
   tokens or more (``lookup.History.continuation``): a shorter match copies the previous record of a list, where the
   next one is not the same (lookup.py);
-- its K maximises E(K) - lam * c_v * K, where E comes from the acceptance of the slot's own copies (decayed counts,
-  ``adaptive.accept_curve``), lam is plain decoding's rate and c_v the verify curve's chord: an extra verify token
+- its K maximises E(K) - lam * c_v * K, where E comes from the acceptance of the slot's own copies blended with
+  the engine's (decayed counts, ``adaptive.accept_curve``, as for drafts), lam is plain decoding's rate and c_v the
+  verify curve's chord: an extra verify token
   must earn more than the time it costs at plain decoding's rate. Sizes above any measured verify are priced at the
   largest measured one (``StepCosts.verify_floor``): a copy step is always measured, so trying one teaches its cost;
 - the step as a whole must beat plain decoding by adaptive.MARGIN, or no slot copies in it.
 
-A slot's counts start as one copy accepted at START_RATE at every position. Whether a copy pays is only learned by
-copying, so a start at even odds, with nothing else known, kept some engines from ever copying on a CPU (the first
-decisions found a 1-copy step not worth it: 85 tok/s, where the same requests ran at 140 once copies began). Each
-candidate step a slot sits out moves its counts back towards that start (``relax``): a text whose copies failed
-early, and that loops later, copies again within ~30 candidate steps, at the cost of one trial.
-The counts are the slot's own, not blended with the engine's as drafts are: whether a text repeats is the text's.
+Whether a copy pays is only learned by copying. The engine's counts start as one copy accepted at START_RATE at
+every position: a start at even odds kept some engines from ever copying on a CPU (the first decisions found a
+1-copy step not worth it: 85 tok/s, where the same requests ran at 140 once copies began). A slot starts with the
+engine's evidence rather than at that start: on a GPU a verify jumps in cost with its first extra token (an H100, 4
+slots: a copy step of ~20 copied tokens 4.0 ms, a plain step 1.4), so one looping slot among four must expect ~5
+accepted drafts before its copy pays, which a slot at START_RATE never does. Through HTTP, at the load where one
+loop seldom met another, copies did not start (tau 1.01 at 4 clients in one run, 2.0-5.0 at the others); the
+engine on the tiny pair with the H100's costs modelled (3 seeds a load) took 651-804 steps for its looping
+requests' 800-1,000 tokens at 4 slots with per-slot evidence alone, 464-684 with the engine's and trials
+(TRIAL_EVIDENCE); 1,256-1,456 -> 1,207-1,272 for 1,800-2,000 at 8; 2,713-3,001 -> 2,525-2,798 for 3,800 at 16.
+Each refusal fades a slot's own evidence (``relax``) and makes it wait
+RECHECK steps, so a text whose copies failed early, and that loops later, is judged by the engine's evidence
+again; a step in which no slot copies moves the engine's evidence back towards the start, so that traffic whose
+copies all failed tries again after ~100 such steps.
 
 What copies earn is learned apart from the drafter's blocks: counted as the drafter's, copies made a useless drafter
 look useful (lookup.would_accept). A copy verified this way leaves the slot without drafter features for its
@@ -31,6 +40,7 @@ positions when the step extracts none; the drafter's context then restarts where
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Optional
 
 from .adaptive import MARGIN, AcceptCounts, accept_curve, best_ks
@@ -38,15 +48,25 @@ from .costs import StepCosts
 from .lookup import LONG_MATCH, History
 
 
-# Acceptance at every position that a slot's copy counts start from: over the held-out prompts (the module), a
+# Acceptance at every position that the engine's copy counts start from: over the held-out prompts (the module), a
 # LONG_MATCH copy's drafts were accepted at 0.5-0.66 (code, repetition prompts) to 0.9 (chat, prose)
 START_RATE = 0.8
-RELAX = 0.97  # per candidate step sat out: the counts' share that stays (the rest is the start's)
-_NO_PRIOR = AcceptCounts()  # accept_curve's prior: none
+RELAX = 0.9  # per refusal: the share of a slot's own evidence that stays
+# While the engine's evidence weighs less than this many (decayed) copies, candidates copy at the length each one's
+# chances pay for, without the step's check against plain decoding: at START_RATE that check refused every step with
+# one or two looping slots among 8-16 on the H100's costs (the verify's jump), so no copy ever taught the engine
+# anything (the tiny pair with those costs: 2 and 8 copy steps in 248 and 511 candidate steps at 8 and 16 slots).
+# The engine's evidence fades towards the start in steps without copies, so trials come back now and then.
+TRIAL_EVIDENCE = 3.0
+# A refused slot is not a candidate again for this many steps: whether a text repeats changes slowly, and deciding for
+# 16 candidates took ~130 us of Python on this repository's CPU (4 % of a 16-slot GPU step), most of it refusals
+RECHECK = 4
+RELAX_ENGINE = 0.99  # per candidate step in which no slot copies: the share of the engine's that stays (the rest is
+# the start's)
 
 
 def start_counts() -> AcceptCounts:
-    """A slot's copy counts before it copied: one observation accepted at START_RATE at every position."""
+    """The engine's copy counts before any copy: one observation accepted at START_RATE at every position."""
     counts = AcceptCounts()
     counts.drafted = [1.0] * len(counts.drafted)
     counts.accepted = [START_RATE] * len(counts.accepted)
@@ -54,48 +74,67 @@ def start_counts() -> AcceptCounts:
     return counts
 
 
-def relax(counts: AcceptCounts) -> None:
-    """Move counts a step back towards ``start_counts`` (the module)."""
-    keep = RELAX
-    counts.drafted = [keep * d + (1 - keep) for d in counts.drafted]
-    counts.accepted = [keep * a + (1 - keep) * START_RATE for a in counts.accepted]
-    counts.weight = keep * counts.weight + (1 - keep)
+def relax(counts: AcceptCounts, keep: float = RELAX, toward: AcceptCounts | None = None) -> None:
+    """Keep ``keep`` of counts' evidence; the rest is toward's (None: no evidence)."""
+    d0, a0, w0 = (toward.drafted, toward.accepted, toward.weight) if toward else (None, None, 0.0)
+    counts.drafted = [keep * d + (1 - keep) * (d0[i] if d0 else 0.0) for i, d in enumerate(counts.drafted)]
+    counts.accepted = [keep * a + (1 - keep) * (a0[i] if a0 else 0.0) for i, a in enumerate(counts.accepted)]
+    counts.weight = keep * counts.weight + (1 - keep) * w0
+
+
+@dataclass
+class SlotCopies:
+    """A slot's own evidence on its copies, and the steps it waits before it is a candidate again."""
+
+    counts: AcceptCounts = field(default_factory=AcceptCounts)
+    wait: int = 0
 
 
 class CopyPolicy:
     def __init__(self, costs: StepCosts):
         self.costs = costs  # the engine's cost curves (adaptive.DraftPolicy.costs), shared
+        self.prior = start_counts()  # the engine's evidence: every slot's copies, decayed
 
     @staticmethod
-    def candidate(history: Optional[History], k_max: int) -> list[int]:
-        """The chain a slot would copy (k_max tokens), [] where its text's end does not repeat LONG_MATCH tokens."""
+    def candidate(mine: SlotCopies, history: Optional[History], k_max: int) -> list[int]:
+        """The chain a slot would copy (k_max tokens), [] where its text's end does not repeat LONG_MATCH tokens or it
+        waits after a refusal."""
+        if mine.wait:
+            mine.wait -= 1
+            return []
         if history is None or k_max <= 0:
             return []
         return history.continuation(k_max, LONG_MATCH)[0]
 
-    def choose(self, n: int, candidates: list[tuple[AcceptCounts, int]], features: bool) -> list[int]:
-        """K per candidate (its slot's copy counts, its draft_max) in a step of n running slots, target features on
+    def choose(self, n: int, candidates: list[tuple[SlotCopies, int]], features: bool) -> list[int]:
+        """K per candidate (its slot's copy state, its draft_max) in a step of n running slots, target features on
         or off; all 0 where copying does not beat plain decoding."""
         c = self.costs
         plain, base = c.plain(n), c.verify(n, n, features)
         if not candidates or plain is None or base is None or plain <= 0.0:
             return [0] * len(candidates)  # nothing measured yet (the first steps of an engine)
-        curves = [accept_curve(counts, _NO_PRIOR, m) for counts, m in candidates]
+        curves = [accept_curve(mine.counts, self.prior, m) for mine, m in candidates]
         maxes = [m for _, m in candidates]
         x = n + sum(maxes)
         cv = max(0.0, (c.verify_floor(n, x, features) - base) / (x - n))
         lam = n / plain
         ks = best_ks(curves, maxes, lam, cv, 0.0)
         extra = sum(ks)
-        if extra:
+        if extra and self.prior.weight >= TRIAL_EVIDENCE:
             accepted = sum(e[k] for e, k in zip(curves, ks))
             if (n + accepted) / c.verify_floor(n, n + extra, features) < lam * (1.0 + MARGIN):
                 ks = [0] * len(candidates)
-        for (counts, _), k in zip(candidates, ks):
+        for (mine, _), k in zip(candidates, ks):
             if not k:
-                relax(counts)
+                relax(mine.counts)
+                mine.wait = RECHECK - 1
+        if not any(ks):  # a step with no copy: the engine's evidence fades (one step, however many candidates)
+            relax(self.prior, RELAX_ENGINE, _START)
         return ks
 
-    @staticmethod
-    def observe(counts: AcceptCounts, n_drafts: int, n_accepted: int) -> None:
-        counts.observe(n_drafts, n_accepted)
+    def observe(self, mine: SlotCopies, n_drafts: int, n_accepted: int) -> None:
+        mine.counts.observe(n_drafts, n_accepted)
+        self.prior.observe(n_drafts, n_accepted)
+
+
+_START = start_counts()

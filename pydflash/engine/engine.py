@@ -289,10 +289,10 @@ class Engine:
         if self.copies is None:
             return {}
         found = [(slot, chain) for slot, k in plan if not k
-                 for chain in (self.copies.candidate(slot.history, slot.draft_max),) if chain]
+                 for chain in (self.copies.candidate(slot.copies, slot.history, slot.draft_max),) if chain]
         if not found:
             return {}
-        ks = self.copies.choose(len(plan), [(slot.copy_counts, len(chain)) for slot, chain in found],
+        ks = self.copies.choose(len(plan), [(slot.copies, len(chain)) for slot, chain in found],
                                 self.target_ctx.features_on)
         room = (self.target_ctx.params.n_batch - sum(1 + len(drafts.get(slot.seq, ())) for slot, _ in plan)
                 - sum(len(chunk) for _, chunk in chunks))
@@ -413,7 +413,7 @@ class Engine:
                 slot.stats.n_lookup_steps += 1
                 slot.stats.n_lookup_accepted += m
         if copy_only:  # what copies earn teaches copies, never the drafter's evidence
-            self.copies.observe(slot.copy_counts, k, m)
+            self.copies.observe(slot.copies, k, m)
             slot.stats.n_lookup_steps += 1
             slot.stats.n_lookup_accepted += m
         self.target_ctx.accept(slot.seq, committed)

@@ -9,8 +9,8 @@ import numpy as np
 
 from ..errors import InvariantError
 from ..native.features import LayerRows
-from .adaptive import AcceptCounts, SlotPolicy
-from .copies import start_counts
+from .adaptive import SlotPolicy
+from .copies import SlotCopies
 from .controlled import HostSampler
 from .lookup import Edge, History
 from .proposal import Proposal
@@ -74,7 +74,7 @@ class Slot:
     host: Optional[HostSampler] = None  # drafts and picks drawn on the host (penalties, a grammar: controlled.py)
     history: Optional[History] = None  # prompt + committed tokens, for copied chains (lookup.py); None: no lookup
     copy_edge: Edge = field(default_factory=Edge)  # whether its copies have been earning more than its blocks
-    copy_counts: AcceptCounts = field(default_factory=start_counts)  # what its copies without a block earn (copies.py)
+    copies: SlotCopies = field(default_factory=SlotCopies)  # what its copies without a block earn (copies.py)
     # (drafter ctx writes, drafter_base, drafter_len) when the drafter KV last matched the bookkeeping (Engine._check)
     drafter_checked: tuple = ()
 

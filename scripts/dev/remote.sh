@@ -10,7 +10,10 @@
 #                     pristine build: llama-server alone from the same pinned source with patches/ reverted (checked
 #                     against the sdist's files, g1/pristine.sha256), a user's cmake flags, in $W/pristine
 #   remote.sh part N  stash model part(s) from gN (N = 2 .. the last folder prepare_carry.sh made); part t0, part t1
-#                     stage what SLIM=1 took out of the tree for `train` (the shipped safetensors, the data runs)
+#                     stage what SLIM=1 took out of the tree for `train` (the shipped safetensors, the data runs).
+#                     The parts were sized for the tree when they were packed, with 1 MB of slack: once the tree has
+#                     grown past that, as docs/results/ had by 2026-12-06, move docs/results out for the part calls
+#                     (the tool refuses a call over 64 MiB)
 #   remote.sh costs   wait for the build, assemble the model, scripts/bench/step_costs.py with the batched argmax of
 #                     patches/0003 and with upstream's per-row argmax (PYDFLASH_PER_ROW_GREEDY)
 #   remote.sh bench   scripts/bench/engine.py, all modes: 1 request x 512 tokens, 8 requests x 256 tokens

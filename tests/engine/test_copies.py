@@ -7,7 +7,7 @@ from __future__ import annotations
 from tests.helpers.oracle import Oracle
 from pydflash import api
 from pydflash.config import EngineConfig
-from pydflash.engine.copies import START_RATE, CopyPolicy, relax, start_counts
+from pydflash.engine.copies import RECHECK, START_RATE, CopyPolicy, SlotCopies
 from pydflash.engine.costs import StepCosts
 from pydflash.engine.lookup import LONG_MATCH, History
 from pydflash.engine.request import Request
@@ -29,19 +29,23 @@ def _costs(plain: float, per_token: float, up_to: int, n: int = 4) -> StepCosts:
 
 def test_a_long_match_is_a_candidate_a_short_one_is_not():
     text = list(range(100, 100 + LONG_MATCH + 3))
-    assert CopyPolicy.candidate(History(text + [7] + text[:LONG_MATCH]), 3) == text[LONG_MATCH:LONG_MATCH + 3]
-    assert CopyPolicy.candidate(History(text + [7] + text[1:LONG_MATCH]), 3) == []  # one token short
-    assert CopyPolicy.candidate(None, 3) == [] and CopyPolicy.candidate(History(text + text), 0) == []
+    looping = History(text + [7] + text[:LONG_MATCH])
+    assert CopyPolicy.candidate(SlotCopies(), looping, 3) == text[LONG_MATCH:LONG_MATCH + 3]
+    assert CopyPolicy.candidate(SlotCopies(), History(text + [7] + text[1:LONG_MATCH]), 3) == []  # one token short
+    assert CopyPolicy.candidate(SlotCopies(), None, 3) == []
+    assert CopyPolicy.candidate(SlotCopies(), History(text + text), 0) == []
+    waiting = SlotCopies(wait=2)  # refused lately: not a candidate for two more steps
+    assert [CopyPolicy.candidate(waiting, looping, 3) for _ in range(3)] == [[], [], text[LONG_MATCH:LONG_MATCH + 3]]
 
 
 def test_copies_go_in_where_verify_tokens_are_cheap_and_not_where_each_costs_a_step():
     """On a GPU a verify token costs a few percent of a plain step (weights are read once for the batch): a fresh
     slot's copy goes in long. Where each costs what a plain step of 4 slots does per token, only high acceptance
-    could pay, and a start at START_RATE is not that."""
+    could pay, and the engine's start at START_RATE is not that."""
     cheap = CopyPolicy(_costs(plain=2e-3, per_token=2e-5, up_to=64))
-    assert all(k >= 8 for k in cheap.choose(4, [(start_counts(), 15), (start_counts(), 15)], features=False))
+    assert all(k >= 8 for k in cheap.choose(4, [(SlotCopies(), 15), (SlotCopies(), 15)], features=False))
     dear = CopyPolicy(_costs(plain=2e-3, per_token=2e-3 / 4, up_to=64))
-    assert dear.choose(4, [(start_counts(), 15)], features=False) == [0]
+    assert dear.choose(4, [(SlotCopies(), 15)], features=False) == [0]
 
 
 def test_sizes_above_every_measured_verify_are_tried_at_the_largest_measured_price():
@@ -53,7 +57,7 @@ def test_sizes_above_every_measured_verify_are_tried_at_the_largest_measured_pri
         c.observe(4, 8, True, 0.12, 0, 0.0)  # a slow sample at the top of the measured range
     assert c.verify(4, 64, False) > 0.6  # the last slope, extrapolated
     assert c.verify_floor(4, 64, False) <= 0.13
-    assert CopyPolicy(c).choose(4, [(start_counts(), 15)] * 4, features=False) != [0, 0, 0, 0]
+    assert CopyPolicy(c).choose(4, [(SlotCopies(), 15)] * 4, features=False) != [0, 0, 0, 0]
 
 
 def test_the_featureless_curve_borrows_the_featured_shape_rather_than_scale_one_point():
@@ -62,20 +66,60 @@ def test_the_featureless_curve_borrows_the_featured_shape_rather_than_scale_one_
     assert c.verify(4, 64, False) < 2e-3 + 64 * 2e-5 + 1e-4
 
 
+def _jump(plain: float = 1.4e-3, n: int = 4) -> StepCosts:
+    """An H100 of the traces: at 4 slots a verify's first extra token costs a millisecond (a copy step of ~20 tokens
+    4.0 ms, a plain step 1.4), each further one 0.06 ms."""
+    c = StepCosts(drop_first=False)
+    for x in [n + k for k in (0, 4, 8, 16, 32, 60) for _ in range(3)]:
+        c.observe(n, x, True, plain * 1.05 + (1e-3 + 6e-5 * (x - n) if x > n else 0.0), 0, 0.0)
+    for _ in range(3):
+        c.observe(n, n, False, plain, 0, 0.0)
+    return c
+
+
+def test_one_looping_slot_among_four_copies_once_the_engine_has_seen_copies_pay():
+    """The verify's jump makes one slot's copy pay at 4 slots only if it expects ~5 accepted drafts. An engine with
+    no evidence tries a short copy all the same (a trial: nothing else teaches it); one whose copies were accepted
+    (0.95, a loop) gives a new slot a long copy at once; one whose copies failed copies nothing at START_RATE odds."""
+    fresh = CopyPolicy(_jump())
+    trial = fresh.choose(4, [(SlotCopies(), 15)], features=False)[0]
+    assert 0 < trial <= 6
+    learned = CopyPolicy(_jump())
+    looping = SlotCopies()
+    for i in range(20):
+        learned.observe(looping, 15, 13 if i % 7 == 0 else 15)
+    assert learned.choose(4, [(SlotCopies(), 15)], features=False)[0] >= 8
+    failed = CopyPolicy(_jump())
+    for _ in range(5):
+        failed.observe(SlotCopies(), 15, 2)
+    assert failed.choose(4, [(SlotCopies(), 15)], features=False) == [0]
+
+
 def test_failed_copies_stop_and_come_back_after_the_slot_sits_out():
+    """A slot whose first copies failed sits out while the engine's copies pay elsewhere; its own evidence fades each
+    refusal, and it tries again; an engine whose copies all failed tries again too, later."""
     policy = CopyPolicy(_costs(plain=2e-3, per_token=2e-4, up_to=64))
-    counts = start_counts()
+    for _ in range(10):
+        policy.observe(SlotCopies(), 15, 15)  # the engine's evidence: copies pay
+    counts = SlotCopies()
     for _ in range(6):
-        policy.observe(counts, 15, 0)  # rejected at once, six times
+        policy.observe(counts, 15, 0)  # this slot's: rejected at once, six times
     assert policy.choose(4, [(counts, 15)], features=False) == [0]
-    sat_out = 1
+    assert counts.wait == RECHECK - 1  # not asked again for a few steps
+    refusals = 1
     while policy.choose(4, [(counts, 15)], features=False) == [0]:
-        sat_out += 1
-        assert sat_out < 200
-    assert 5 < sat_out < 100  # relax brings it back to a trial, not at once
-    fresh = start_counts()
-    relax(fresh)
-    assert fresh.accepted[0] / fresh.drafted[0] == START_RATE  # the start is relax's fixed point
+        refusals += 1
+        assert refusals < 100
+    assert 3 <= refusals < 40  # not at once
+    bad = CopyPolicy(_costs(plain=2e-3, per_token=2e-4, up_to=64))
+    for _ in range(30):
+        bad.observe(SlotCopies(), 15, 0)
+    steps = 1
+    while bad.choose(4, [(SlotCopies(), 15)], features=False) == [0]:
+        steps += 1
+        assert steps < 1000
+    assert steps > 20
+    assert bad.prior.accepted[0] / bad.prior.drafted[0] < START_RATE
 
 
 def _run(target, drafter, prompts, n, lookup=True, n_slots=None):
