@@ -25,13 +25,13 @@ engine's evidence rather than at that start: on a GPU a verify jumps in cost wit
 slots: a copy step of ~20 copied tokens 4.0 ms, a plain step 1.4), so one looping slot among four must expect ~5
 accepted drafts before its copy pays, which a slot at START_RATE never does. Through HTTP, at the load where one
 loop seldom met another, copies did not start (tau 1.01 at 4 clients in one run, 2.0-5.0 at the others); the
-engine on the tiny pair with the H100's costs modelled (3 seeds a load) took 651-804 steps for its looping
-requests' 800-1,000 tokens at 4 slots with per-slot evidence alone, 464-684 with the engine's and trials
-(TRIAL_EVIDENCE); 1,256-1,456 -> 1,207-1,272 for 1,800-2,000 at 8; 2,713-3,001 -> 2,525-2,798 for 3,800 at 16.
-Each refusal fades a slot's own evidence (``relax``) and makes it wait
-RECHECK steps, so a text whose copies failed early, and that loops later, is judged by the engine's evidence
-again; a step in which no slot copies moves the engine's evidence back towards the start, so that traffic whose
-copies all failed tries again after ~100 such steps.
+engine on the tiny pair with the H100's costs modelled (``scripts/bench/copies_replay.py``, 3 seeds a load) took
+651-804 steps for its looping requests' 800-1,000 tokens at 4 slots with per-slot evidence alone, 464-684 with the
+engine's and trials (TRIAL_EVIDENCE); 1,256-1,456 -> 1,207-1,272 for 1,800-2,000 at 8; 2,713-3,001 -> 2,525-2,798
+for 3,800 at 16. Each refusal fades a slot's own evidence (``relax``) and makes it wait RECHECK steps, so a text
+whose copies failed early, and that loops later, is judged by the engine's evidence again; a step in which no slot
+copies moves the engine's evidence back towards the start, so that traffic whose copies all failed tries again
+after ~100 such steps.
 
 What copies earn is learned apart from the drafter's blocks: counted as the drafter's, copies made a useless drafter
 look useful (lookup.would_accept). A copy verified this way leaves the slot without drafter features for its
