@@ -183,3 +183,23 @@ def test_copies_take_only_what_the_target_batch_has_left_after_a_prompt_chunk(ti
     for req, res in zip(reqs, results):
         oracle.check(req.prompt, res.tokens)
     oracle.close()
+
+
+def test_max_tokens_and_stop_strings_cut_a_copy_where_they_fall(tiny):
+    """A copied block commits up to 16 tokens a step: max_tokens falling inside one (with and without stop strings,
+    whose path commits token by token) emits exactly that many, the plain greedy text's, also from the prompt
+    cache on the runs after the first."""
+    p = tiny("qwen3")
+    oracle = Oracle(p.target)
+    toks = oracle.llm.tokenize(LOOP)
+    want = oracle.greedy(toks, 120)
+    copied = 0
+    with api.load(p.target, p.drafter, config=EngineConfig(n_ctx_slot=1024, adaptive=True)) as llm:
+        for n in range(100, 112):
+            for stop in ([], ["never in this text"]):
+                res = llm.generate(toks, max_tokens=n, ignore_eos=True, stop=stop)
+                assert len(res.tokens) == n and res.finish_reason == "length", (n, stop, res.finish_reason)
+                oracle.check(toks, res.tokens, base_tokens=want[:n])
+                copied += res.stats.n_lookup_steps
+    oracle.close()
+    assert copied > 24  # copies ran in (nearly) every run
