@@ -20,6 +20,10 @@ pytestmark = pytest.mark.real_model
 # each time, so one batch composition's rounding), and the tree before this session's changes failed 1 run in 4 on
 # too many tie-flips. A stale KV or a misplaced row costs several nats; 1 nat still catches those.
 REAL_BAND = 1.0
+# ... and how many such flips a 32-token answer may take. Since copies verify up to 16 rows of one slot where the
+# drafter pauses (engine/copies.py), batch compositions vary more: in CI (2026-12-06) "Café au lait" took 5 flips of
+# 0.11-0.55 nat each (1 run in ~11; 10 local runs passed at 4), genuine near-ties that the default 4 refused.
+REAL_FLIPS = 6
 # "Emoji: 😀" is left to engine/test_engine_lossless.py: it sits on a near-tie that batch shape moves by >1 nat on CPU
 # (ggml-cpu's tiled flash-attention kernel, below)
 PROMPTS = ["def fibonacci(n):\n", "The capital of France is", "Café au lait, s’il vous plaît. ", "1, 2, 3, 4, 5,"]
@@ -62,8 +66,9 @@ def test_default_pair_lossless_at_four_clients(server, gemma_path):
     try:  # streamed or not, speculative output is plain greedy up to tie-flips (batch composition varies)
         for prompt, s, p, (text, tokens) in zip(PROMPTS, spec, plain, streamed):
             toks = oracle.llm.tokenize(prompt)
-            oracle.check(toks, s["choices"][0]["tokens"], base_tokens=p["choices"][0]["tokens"], max_regret=REAL_BAND)
-            oracle.check(toks, tokens, base_tokens=p["choices"][0]["tokens"], max_regret=REAL_BAND)
+            base = p["choices"][0]["tokens"]
+            oracle.check(toks, s["choices"][0]["tokens"], base_tokens=base, max_regret=REAL_BAND, max_flips=REAL_FLIPS)
+            oracle.check(toks, tokens, base_tokens=base, max_regret=REAL_BAND, max_flips=REAL_FLIPS)
             # whole characters: the joined frames are the tokens' text, nothing split or lost
             assert text == oracle.model.detokenize(tokens).decode("utf-8", "replace")
     finally:
