@@ -261,11 +261,11 @@ class StepCosts:
         own = self.verify_by_n.get((True, n))
         return own is not None and own.has(x) and (blocks == 0 or self.draft.has(blocks))
 
-    def verify_chord(self, n: int, x0: float, x1: float, features: bool = True) -> float:
-        """Seconds per extra verify token (features on or off) between x0 and x1, >= 0."""
+    def verify_chord(self, n: int, x0: float, x1: float) -> float:
+        """Seconds per extra verify token (features on) between x0 and x1, >= 0."""
         if x1 <= x0:
             return 0.0
-        return max(0.0, (self.verify(n, x1, features) - self.verify(n, x0, features)) / (x1 - x0))
+        return max(0.0, (self.verify(n, x1, True) - self.verify(n, x0, True)) / (x1 - x0))
 
     def draft_chord(self, x0: float, x1: float) -> float:
         if x1 <= x0:

@@ -404,18 +404,17 @@ class Engine:
         k = len(drafts)
         m, committed = self._accept(slot, drafts, picks)
         m_drafter = m  # what the drafter's block earned: adaptive drafting sizes blocks by it
+        copied = copy_only  # whether the verified chain is a copy
         if other is not None:  # score the unverified chain on the target's picks
             chain, copied = other
             m_other = lookup.would_accept(chain, drafts, picks, m)
             m_copy, m_drafter = (m, m_other) if copied else (m_other, m)
             slot.copy_edge.observe(m_copy, m_drafter)
-            if copied:
-                slot.stats.n_lookup_steps += 1
-                slot.stats.n_lookup_accepted += m
-        if copy_only:  # what copies earn teaches copies, never the drafter's evidence
-            self.copies.observe(slot.copies, k, m)
+        if copied:
             slot.stats.n_lookup_steps += 1
             slot.stats.n_lookup_accepted += m
+        if copy_only:  # what copies earn teaches copies, never the drafter's evidence
+            self.copies.observe(slot.copies, k, m)
         self.target_ctx.accept(slot.seq, committed)
         if m < k:  # rollback: the target wrote [pos0, pos0 + k]; keep up to the last accepted draft (made during
             self.target_ctx.seq_rm_later(slot.seq, pos0 + m + 1)  # the next drafter forward, or before any KV use)

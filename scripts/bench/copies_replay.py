@@ -20,28 +20,19 @@ import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
+from copies_rounds import extra_seconds, plain  # noqa: E402  the same H100 model (scripts/bench is sys.path[0])
 from pydflash import api  # noqa: E402
 from pydflash.config import EngineConfig  # noqa: E402
 from pydflash.engine.drafter import ProposeCost  # noqa: E402
 from pydflash.engine.request import Request  # noqa: E402
 from pydflash.factory import write_tiny_pair  # noqa: E402
 
-PLAIN = {1: 1.17e-3, 2: 1.29e-3, 4: 1.40e-3, 8: 2.0e-3, 16: 2.5e-3}
 LOOP = "the cat sat on the mat. the cat sat on the mat. the cat"
 PROMPTS = [LOOP, "hello world", LOOP + " sat on", "once upon a time", "the cat sat on a hat. the cat sat on a hat. the"]
 
 
-def plain(n: int) -> float:
-    lo = max(k for k in PLAIN if k <= n)
-    hi = min((k for k in PLAIN if k >= n), default=lo)
-    return PLAIN[lo] if lo == hi else PLAIN[lo] + (PLAIN[hi] - PLAIN[lo]) * (n - lo) / (hi - lo)
-
-
 def verify_seconds(n: int, x: int, features: bool, rng: random.Random) -> float:
-    t = plain(n) * (1.08 if features else 1.0)
-    if x > n:
-        t += 1.0e-3 + 0.06e-3 * (x - n)
-    return t * rng.uniform(0.95, 1.15)
+    return (plain(n) * (1.08 if features else 1.0) + extra_seconds(n, x)) * rng.uniform(0.95, 1.15)
 
 
 def run(target, drafter, n_slots: int, seed: int, tokens: int) -> dict:

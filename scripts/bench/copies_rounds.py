@@ -22,12 +22,12 @@ import sys
 _REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(_REPO))
 
+from pydflash.engine.adaptive import CANDIDATES  # noqa: E402
 from pydflash.engine.copies import CopyPolicy, SlotCopies  # noqa: E402
 from pydflash.engine.costs import StepCosts  # noqa: E402
 from pydflash.engine.lookup import History  # noqa: E402
 
 PLAIN = {1: 1.17e-3, 2: 1.29e-3, 4: 1.40e-3, 8: 2.0e-3, 16: 2.5e-3}
-CANDIDATES = (0, 1, 2, 3, 4, 6, 8, 11)
 CACHE = _REPO / ".cache" / "bench" / "copies_rounds_greedy.json"
 
 
@@ -37,8 +37,13 @@ def plain(n: int) -> float:
     return PLAIN[lo] if lo == hi else PLAIN[lo] + (PLAIN[hi] - PLAIN[lo]) * (n - lo) / (hi - lo)
 
 
+def extra_seconds(n: int, x: int) -> float:
+    """What x verify tokens of n slots cost over a plain step: the first extra token's jump, then a slope."""
+    return 1.0e-3 + 0.06e-3 * (x - n) if x > n else 0.0
+
+
 def step_seconds(n: int, x: int) -> float:
-    return plain(n) + (1.0e-3 + 0.06e-3 * (x - n) if x > n else 0.0)
+    return plain(n) + extra_seconds(n, x)
 
 
 def greedy_texts(tokens: int) -> list[dict]:
@@ -69,7 +74,7 @@ def cap_copies(costs: StepCosts, n: int, ks: list[int], cap: float) -> list[int]
     ks = list(ks)
     while any(ks) and costs.verify(n, n + sum(ks), False) > costs.plain(n) * (1 + cap * sum(map(bool, ks)) / n):
         j = max(range(len(ks)), key=ks.__getitem__)
-        ks[j] = max(c for c in CANDIDATES if c < ks[j])
+        ks[j] = max((c for c in CANDIDATES if c < ks[j]), default=0)
     return ks
 
 

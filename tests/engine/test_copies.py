@@ -132,7 +132,7 @@ def _run(target, drafter, prompts, n, lookup=True, n_slots=None):
         if engine.copies is not None:
             engine.copies.observe = lambda c, k, m: (seen["copies"].append((k, m)), observe_copy(c, k, m))
         reqs = [Request(llm.tokenize(t), max_tokens=n, ignore_eos=True) for t in prompts]
-        return [(reqs, llm.generate_many(reqs))], seen
+        return reqs, llm.generate_many(reqs), seen
 
 
 def test_a_looping_text_copies_while_a_useless_drafter_pauses(tiny):
@@ -140,26 +140,25 @@ def test_a_looping_text_copies_while_a_useless_drafter_pauses(tiny):
     verified in copies, by several slots that take turns, and the text is plain greedy's."""
     p = tiny("qwen3")
     prompts = [LOOP, "hello world", LOOP + " sat on"]
-    out, seen = _run(p.target, p.drafter, prompts, n=160, n_slots=2)
+    reqs, results, seen = _run(p.target, p.drafter, prompts, n=160, n_slots=2)
     oracle = Oracle(p.target)
-    for reqs, results in out:
-        for req, res in zip(reqs, results):
-            oracle.check(req.prompt, res.tokens)
+    for req, res in zip(reqs, results):
+        oracle.check(req.prompt, res.tokens)
     oracle.close()
-    loops = [out[0][1][0].stats, out[0][1][2].stats]
+    loops = [results[0].stats, results[2].stats]
     assert sum(st.n_lookup_accepted for st in loops) > 80 and sum(st.n_steps for st in loops) < 0.65 * 320, loops
     # each step with drafts taught either adaptive drafting (the drafter's block, maybe swapped for a copy that
     # lookup.choose preferred: scored as the block would have been) or the copies (a copy alone), never both
     drafter = [(k, m) for k, m in seen["drafter"] if k]
-    assert len(drafter) + len(seen["copies"]) == sum(r.stats.n_draft_steps for _, res in out for r in res)
+    assert len(drafter) + len(seen["copies"]) == sum(r.stats.n_draft_steps for r in results)
     assert len(seen["copies"]) >= 8 and sum(m for _, m in seen["copies"]) > 0.5 * sum(k for k, _ in seen["copies"])
     assert sum(m for _, m in drafter) < 0.2 * sum(k for k, _ in drafter)  # the drafter's blocks earn (almost) nothing
 
 
 def test_no_lookup_means_no_copies(tiny):
     p = tiny("qwen3")
-    out, seen = _run(p.target, p.drafter, [LOOP], n=96, lookup=False)
-    assert out[0][1][0].stats.n_lookup_steps == 0 and not seen["copies"]
+    _, results, seen = _run(p.target, p.drafter, [LOOP], n=96, lookup=False)
+    assert results[0].stats.n_lookup_steps == 0 and not seen["copies"]
 
 
 def test_copies_take_only_what_the_target_batch_has_left_after_a_prompt_chunk(tiny):
