@@ -63,6 +63,16 @@ TRIAL_EVIDENCE = 3.0
 RECHECK = 4
 RELAX_ENGINE = 0.99  # per candidate step in which no slot copies: the share of the engine's that stays (the rest is
 # the start's)
+# A copy step's target batch is a multiple of this many tokens (fit_shape). llama.cpp reuses a built graph, and CUDA
+# a captured one (patches/0007), only for a batch of the size it was made for, and copy lengths vary from step to
+# step: the H100's traces had 30 batch sizes in 221 copy steps of 4 slots, and a size's first two steps (its
+# warm-up and capture) took 4.5 ms against 3.9 later. With the sizes fitted (the same load, docs/results/
+# 2026-12-06-h100-e): 10 sizes in 159 copy steps; a copy step's cost went with its tokens as before (4.4 ms for 22
+# copied, 4.1 for 19.8 unfitted), so what this saves is the warm-ups, and fitting lengthens more copies than it trims
+SHAPE_STEP = 8
+# ... but a copy is shortened by at most this many tokens for it: at 8 slots on the H100 a replayed graph saves ~0.5
+# ms of a ~3 ms step, ~2 tokens at plain decoding's rate, and a copy's tail tokens are accepted at ~0.8 each
+MAX_TRIM = 2
 
 
 def start_counts() -> AcceptCounts:
@@ -130,6 +140,32 @@ class CopyPolicy:
                 mine.wait = RECHECK - 1
         if not any(ks):  # a step with no copy: the engine's evidence fades (one step, however many candidates)
             relax(self.prior, RELAX_ENGINE, _START)
+        return ks
+
+    @staticmethod
+    def fit_shape(base: int, ks: list[int], maxes: list[int], room: int) -> list[int]:
+        """ks (copy lengths, 0 for a slot not copying) moved so that base + sum(ks), the step's batch, is a multiple
+        of SHAPE_STEP: lengthened where the copying slots' chains (up to maxes) and the batch's room (beyond base)
+        allow, each token where a copy is shortest (an earlier position is likelier accepted), else shortened by up
+        to MAX_TRIM tokens where it is longest, else left as it is. A slot never starts copying here; one shortened
+        to 0 stops."""
+        ks = list(ks)
+        extra = sum(ks)
+        if not extra:
+            return ks
+        up = -(base + extra) % SHAPE_STEP
+        growable = [i for i, k in enumerate(ks) if k]
+        if up <= min(room - extra, sum(maxes[i] - ks[i] for i in growable)):
+            for _ in range(up):
+                i = min((i for i in growable if ks[i] < maxes[i]), key=lambda i: ks[i])
+                ks[i] += 1
+            return ks
+        down = (base + extra) % SHAPE_STEP
+        if down > MAX_TRIM:  # a copy's tail is worth more than the graph it would reuse
+            return ks
+        for _ in range(min(extra, down)):
+            i = max(range(len(ks)), key=lambda i: ks[i])
+            ks[i] -= 1
         return ks
 
     def observe(self, mine: SlotCopies, n_drafts: int, n_accepted: int) -> None:

@@ -284,8 +284,8 @@ class Engine:
                          chunks: list[tuple[Slot, list[int]]]) -> dict[int, int]:
         """Give a slot the plan left without drafts the chain copied from its own text, where that text repeats and
         copying pays at plain decoding's rate (copies.py), in what the target batch has left after the verify spans
-        and the prompt chunks (a prompt is never held up by a copy). Returns the copying slots' seqs and copy
-        lengths."""
+        and the prompt chunks (a prompt is never held up by a copy), the step's batch a multiple of copies.SHAPE_STEP
+        tokens (graphs are reused per batch size). Returns the copying slots' seqs and copy lengths."""
         if self.copies is None:
             return {}
         found = [(slot, chain) for slot, k in plan if not k
@@ -294,15 +294,17 @@ class Engine:
             return {}
         ks = self.copies.choose(len(plan), [(slot.copies, len(chain)) for slot, chain in found],
                                 self.target_ctx.features_on)
-        room = (self.target_ctx.params.n_batch - sum(1 + len(drafts.get(slot.seq, ())) for slot, _ in plan)
-                - sum(len(chunk) for _, chunk in chunks))
+        base = sum(1 + len(drafts.get(slot.seq, ())) for slot, _ in plan) + sum(len(chunk) for _, chunk in chunks)
+        room = self.target_ctx.params.n_batch - base
+        for i, k in enumerate(ks):  # in order, as far as the room goes
+            ks[i] = max(0, min(k, room))
+            room -= ks[i]
+        ks = self.copies.fit_shape(base, ks, [len(chain) for _, chain in found], self.target_ctx.params.n_batch - base)
         copied = {}
         for (slot, chain), k in zip(found, ks):
-            k = min(k, room)
             if k > 0:
                 drafts[slot.seq] = chain[:k]
                 copied[slot.seq] = k
-                room -= k
         return copied
 
     def _settle_features(self, active: list[Slot]) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from tests.helpers.oracle import Oracle
 from pydflash import api
 from pydflash.config import EngineConfig
-from pydflash.engine.copies import RECHECK, START_RATE, CopyPolicy, SlotCopies
+from pydflash.engine.copies import MAX_TRIM, RECHECK, SHAPE_STEP, START_RATE, CopyPolicy, SlotCopies
 from pydflash.engine.costs import StepCosts
 from pydflash.engine.lookup import LONG_MATCH, History
 from pydflash.engine.request import Request
@@ -64,6 +64,30 @@ def test_the_featureless_curve_borrows_the_featured_shape_rather_than_scale_one_
     c = _costs(plain=2e-3, per_token=2e-5, up_to=64)
     # features off measured at x = n only: proportional extrapolation would give 16 x 2 ms at 64 tokens
     assert c.verify(4, 64, False) < 2e-3 + 64 * 2e-5 + 1e-4
+
+
+def test_a_copy_step_batch_is_a_multiple_of_the_shape_step():
+    """Graphs are reused per batch size: copies are lengthened where the chains and the batch allow, at the shortest
+    copy first, else shortened by at most MAX_TRIM at the longest, else left; a slot never starts copying to fill a
+    shape."""
+    fit = CopyPolicy.fit_shape
+    assert (SHAPE_STEP, MAX_TRIM) == (8, 2)
+    assert fit(4, [5, 0, 9], [15, 15, 15], 100) == [10, 0, 10]  # 18 -> 24: the 5 grows to 9 first, then both
+    assert fit(4, [5, 0, 9], [6, 10, 10], 100) == [5, 0, 7]  # the chains allow 2 more of 6: 18 -> 16 at the longest
+    assert fit(4, [5, 0, 9], [15, 15, 15], 18) == [5, 0, 7]  # the batch's room beyond the 4 is 18: the same
+    assert fit(8, [15], [15], 100) == [15]  # 23: 7 short of 24 with the chain at its end, 7 over 16: left
+    assert fit(14, [1], [15], 1) == [1]  # no room to grow: left
+    assert fit(16, [1], [15], 1) == [0]  # 17 -> 16: the copy goes, the step is the plain one
+    assert fit(16, [0, 0], [15, 15], 100) == [0, 0]
+    for base in range(1, 40):
+        for ks in ([1, 2, 3], [15, 0, 0], [7, 7, 0], [15, 15, 15]):
+            out = fit(base, ks, [15] * 3, 128)
+            assert all(0 <= o <= 15 for o in out) and all(o == 0 for o, k in zip(out, ks) if k == 0)
+            total = base + sum(ks)
+            if total % SHAPE_STEP <= MAX_TRIM or -total % SHAPE_STEP <= sum(15 - k for k in ks if k):
+                assert (base + sum(out)) % SHAPE_STEP == 0 or not any(out)
+            else:
+                assert out == ks
 
 
 def _jump(plain: float = 1.4e-3, n: int = 4) -> StepCosts:
