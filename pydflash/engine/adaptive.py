@@ -315,6 +315,17 @@ class DraftPolicy:
         self._last, self._age = (key, ks, self._predicted), 1
         return Plan(list(ks), True)
 
+    @property
+    def regular(self) -> bool:
+        """Whether the step just planned drafts by a regular decision: not a probe, a calibration or a refresh of the
+        plain cost, which are there to measure."""
+        return self._predicted is not None
+
+    def blocks_replaced(self) -> None:
+        """The regular step just planned drafts nothing after all (copies.CopyPolicy.first): its measured time is
+        not a drafting step's, so it teaches no overhead."""
+        self._predicted = None
+
     def paused_step(self, n: int) -> bool:
         """Whether the step about to be planned for n running slots (some of which may draft) is a plain step of a
         pause outside its lead-in: then it is counted here and there is nothing to plan (no drafts, no features).

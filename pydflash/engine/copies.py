@@ -33,6 +33,12 @@ whose copies failed early, and that loops later, is judged by the engine's evide
 copies moves the engine's evidence back towards the start, so that traffic whose copies all failed tries again
 after ~100 such steps.
 
+Copies also stand in for the drafter's blocks where the plan drafts only for slots whose text is being copied
+(``CopyPolicy.first``): lookup.choose would verify their copies and only score the blocks, so the drafter's forward
+(1.0 of a 3.55 ms step at 1 slot on the H100) is skipped, and the copies are chosen here like any other. One such
+step in CHECK_EVERY still drafts, so that a slot whose blocks beat its copies (records whose next one differs) is
+found by its edge and drafts again. Not yet measured on a GPU (scripts/bench/copy_first.py).
+
 What copies earn is learned apart from the drafter's blocks: counted as the drafter's, copies made a useless drafter
 look useful (lookup.would_accept). A copy verified this way leaves the slot without drafter features for its
 positions when the step extracts none; the drafter's context then restarts where features resume, as after a pause.
@@ -45,7 +51,7 @@ from typing import Optional
 
 from .adaptive import MARGIN, AcceptCounts, accept_curve, best_ks
 from .costs import StepCosts
-from .lookup import LONG_MATCH, History
+from .lookup import LONG_MATCH, Edge, History
 
 
 # Acceptance at every position that the engine's copy counts start from: over the held-out prompts (the module), a
@@ -70,6 +76,10 @@ RELAX_ENGINE = 0.99  # per candidate step in which no slot copies: the share of 
 # 2026-12-06-h100-e): 10 sizes in 159 copy steps; a copy step's cost went with its tokens as before (4.4 ms for 22
 # copied, 4.1 for 19.8 unfitted), so what this saves is the warm-ups, and fitting lengthens more copies than it trims
 SHAPE_STEP = 8
+# Where every drafting slot's text is being copied, the drafter sits out the step (``CopyPolicy.first``), except for
+# every this-many-th such step. The H100's traces: at 1 slot a step with a copy took 2.6 ms for 15 copied tokens, one
+# with the shipped drafter's block 3.55 ms (1.0 of it the drafter's) for 7.1 drafts; at 4 slots 5.2 ms against 7.1
+CHECK_EVERY = 4
 # ... but a copy is shortened by at most this many tokens for it: at 8 slots on the H100 a replayed graph saves ~0.5
 # ms of a ~3 ms step, ~2 tokens at plain decoding's rate, and a copy's tail tokens are accepted at ~0.8 each
 MAX_TRIM = 2
@@ -104,6 +114,19 @@ class CopyPolicy:
     def __init__(self, costs: StepCosts):
         self.costs = costs  # the engine's cost curves (adaptive.DraftPolicy.costs), shared
         self.prior = start_counts()  # the engine's evidence: every slot's copies, decayed
+        self.first_steps = 0  # steps in which every drafting slot could copy instead (``first``)
+
+    def first(self, drafting: list[tuple[SlotCopies, Edge, Optional[History], int]]) -> bool:
+        """Whether the plan's drafting slots (each one's copy state, copy edge, history and K) all copy instead, with
+        no drafter forward: each one's text is being copied (a LONG_MATCH continuation), its copies have not been
+        earning less than its blocks (lookup.Edge) and it does not wait after a refused copy. Such a slot would
+        verify the copy anyway (lookup.choose), and its block would only score the edge; but every CHECK_EVERY-th
+        such step drafts, so that the edges go on learning."""
+        for mine, edge, history, k in drafting:
+            if mine.wait or edge.value < 0.0 or history is None or not history.continuation(k, LONG_MATCH)[0]:
+                return False
+        self.first_steps += 1
+        return self.first_steps % CHECK_EVERY != 0
 
     @staticmethod
     def candidate(mine: SlotCopies, history: Optional[History], k_max: int) -> list[int]:

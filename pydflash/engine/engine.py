@@ -237,6 +237,7 @@ class Engine:
         running = [s for s in active if s.prefilled]
         prefilling = sorted((s for s in active if not s.prefilled), key=lambda s: s.admitted)
         plan, features = self._schedule(running)                                            # schedule
+        plan = self._copy_first(plan)                                                        # (or copy, no drafter)
         chunks = self._prefill_chunks(plan, prefilling)
         self._extract_features_if_needed(plan, chunks, features, len(active))
         drafts = self._propose(plan, prefilling)                                             # propose
@@ -265,6 +266,18 @@ class Engine:
             self.drafter.last_cost = NO_COST
             return {}
         return self.drafter.propose(plan + [(s, 0) for s in prefilling], during=self.target_ctx.flush_rollbacks)
+
+    def _copy_first(self, plan: list[tuple[Slot, int]]) -> list[tuple[Slot, int]]:
+        """The plan with no drafts where every slot it drafts for would verify a copy of its own text anyway
+        (copies.CopyPolicy.first): the drafter's forward is skipped, and _copy_where_idle gives those slots their
+        copies. Target features stay as scheduled, so the drafter's context has no gap when drafting resumes."""
+        drafting = [(slot, k) for slot, k in plan if k]
+        if self.copies is None or not drafting or not self.drafting.regular:  # a probe or calibration measures
+            return plan
+        if not self.copies.first([(slot.copies, slot.copy_edge, slot.history, k) for slot, k in drafting]):
+            return plan
+        self.drafting.blocks_replaced()
+        return [(slot, 0) for slot, _ in plan]
 
     def _copy_where_better(self, plan: list[tuple[Slot, int]],
                            drafts: dict[int, list[int]]) -> dict[int, tuple[list[int], bool]]:

@@ -51,6 +51,9 @@
 #                     HTTP showed (docs/results/2026-12-05-h200-c). Through HTTP, the same split:
 #                     `NO_NATIVE=1 remote.sh fast1 --only 'py-plain,py-plain-nodevice,py-plain-nocache'
 #                     --workloads noreuse,recur --clients 4,8,16`
+#   remote.sh copyfirst  scripts/bench/copy_first.py in-process: the shipped pair with copies standing in for its
+#                     blocks where every drafting slot loops (engine/copies.py, CopyPolicy.first) and without, against
+#                     plain, at 1 / 4 / 8 slots
 #   remote.sh profile scripts/bench/profile_host.py: the host part of a step by phase (16 slots L=8 and plain, 1 slot L=8)
 #   remote.sh cache   scripts/bench/cache.py: a 6-turn chat with a ~1,000-token system prompt, cache on / off
 #   remote.sh sampling  scripts/bench/sampling.py: rejection against sample-and-match at T 0.7 / 1.0,
@@ -604,6 +607,13 @@ sampling)
     use_build
     python3 scripts/bench/sampling.py --ngl -1 --rounds 3 --tokens 128 --out $OUT/sampling_gpu.json
     python3 scripts/bench/sampling.py --ngl -1 --rounds 3 --tokens 128 --top-p 0.9 --out $OUT/sampling_gpu_top_p.json ;;
+copyfirst)  # remote.sh copyfirst [scripts/bench/copy_first.py args...]: copies standing in for the drafter's blocks,
+    # in-process, with the stand-in and without, against plain (on a CPU the shipped drafter seldom drafts: nothing
+    # to stand in for)
+    use_build
+    left=$((${CALL_S:-600} - 20 - SECONDS))
+    timeout -k 10 $left python3 scripts/bench/copy_first.py --ngl -1 --loads 1,4,8 --prompts 24 \
+        --out $OUT/copy_first.json "${@:2}" 2>&1 | grep -v "^llama_\|^load\|^print_info" | tail -12 ;;
 cache)  # remote.sh cache [scripts/bench/cache.py args...]
     use_build
     python3 scripts/bench/cache.py --start "-ngl -1 -t 8" --out $OUT/cache_gpu.json "${@:2}" ;;

@@ -7,9 +7,10 @@ from __future__ import annotations
 from tests.helpers.oracle import Oracle
 from pydflash import api
 from pydflash.config import EngineConfig
-from pydflash.engine.copies import MAX_TRIM, RECHECK, SHAPE_STEP, START_RATE, CopyPolicy, SlotCopies
+from pydflash.engine.copies import CHECK_EVERY, MAX_TRIM, RECHECK, SHAPE_STEP, START_RATE, CopyPolicy, SlotCopies
 from pydflash.engine.costs import StepCosts
-from pydflash.engine.lookup import LONG_MATCH, History
+from pydflash.engine.adaptive import DraftPolicy, Plan
+from pydflash.engine.lookup import LONG_MATCH, Edge, History
 from pydflash.engine.request import Request
 
 LOOP = "the cat sat on the mat. the cat sat on the mat. the cat"  # the tiny qwen3 target's greedy text loops on it
@@ -177,6 +178,49 @@ def test_a_looping_text_copies_while_a_useless_drafter_pauses(tiny):
     assert len(drafter) + len(seen["copies"]) == sum(r.stats.n_draft_steps for r in results)
     assert len(seen["copies"]) >= 8 and sum(m for _, m in seen["copies"]) > 0.5 * sum(k for k, _ in seen["copies"])
     assert sum(m for _, m in drafter) < 0.2 * sum(k for k, _ in drafter)  # the drafter's blocks earn (almost) nothing
+
+
+def test_copies_stand_in_for_blocks_only_where_every_drafting_slot_would_copy():
+    text = list(range(100, 100 + LONG_MATCH + 3))
+    looping, fresh = History(text + [7] + text[:LONG_MATCH]), History(text)
+    losing = Edge()
+    losing.observe(0, 5)  # its copies earned less than its blocks lately
+    policy = CopyPolicy(_costs(plain=2e-3, per_token=2e-5, up_to=64))
+    assert not policy.first([(SlotCopies(), Edge(), looping, 4), (SlotCopies(), Edge(), fresh, 4)])
+    assert not policy.first([(SlotCopies(), losing, looping, 4)])
+    assert not policy.first([(SlotCopies(wait=1), Edge(), looping, 4)])
+    assert policy.first_steps == 0
+    # where all would: every CHECK_EVERY-th such step still drafts, so the edges keep learning
+    assert [policy.first([(SlotCopies(), Edge(), looping, 4)] * 2) for _ in range(2 * CHECK_EVERY)] == (
+        [True] * (CHECK_EVERY - 1) + [False]) * 2
+
+
+def test_a_drafting_engine_skips_the_drafter_where_the_slots_loop(tiny, monkeypatch):
+    """The policy drafts every step (forced: a regular decision each time) while the tiny qwen3 target's text loops:
+    in the steps where the looping slots would verify copies anyway, no drafter forward runs, but one such step in
+    CHECK_EVERY still drafts; the text is plain greedy's."""
+    p = tiny("qwen3")
+    monkeypatch.setattr(DraftPolicy, "regular", property(lambda self: True))
+    with api.load(p.target, p.drafter, config=EngineConfig(n_ctx_slot=1024, n_slots=2, adaptive=True)) as llm:
+        engine = llm.engine
+        engine.drafting.plan = lambda slots: Plan([m for _, m in slots], True)
+        steps, blocks = [], []  # per step: (the plan drafted, copies stood in); per drafter call: it drafted
+        first, propose = engine._copy_first, engine.drafter.propose
+        engine._copy_first = lambda plan: (lambda out: (steps.append((any(k for _, k in plan), not any(
+            k for _, k in out))), out)[1])(first(plan))
+        engine.drafter.propose = lambda plan, during=None: (blocks.append(any(k for _, k in plan)),
+                                                            propose(plan, during))[1]
+        reqs = [Request(llm.tokenize(t), max_tokens=400, ignore_eos=True) for t in (LOOP, LOOP)]
+        results = llm.generate_many(reqs)
+        first_steps = engine.copies.first_steps
+    oracle = Oracle(p.target)
+    for req, res in zip(reqs, results):
+        oracle.check(req.prompt, res.tokens)
+    oracle.close()
+    stood_in = sum(1 for drafted, out in steps if drafted and out)
+    assert stood_in >= 15 and stood_in == first_steps - first_steps // CHECK_EVERY
+    assert sum(blocks) == sum(1 for drafted, out in steps if drafted and not out)  # a block wherever one was left
+    assert sum(r.stats.n_lookup_accepted for r in results) > 400
 
 
 def test_no_lookup_means_no_copies(tiny):

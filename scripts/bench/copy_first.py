@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Copies standing in for the drafter's blocks (pydflash/engine/copies.py, ``CopyPolicy.first``): the Gemma-3-270M
+target with the shipped drafter, adaptive drafting as the server runs it, with the stand-in and without it
+(``CHECK_EVERY = 1``: every step the plan drafts in runs the drafter), against plain decoding through the same engine.
+In one process, the conditions interleaved over rounds; greedy, ``ignore_eos``, the frozen fresh prompt set's first
+N prompts in turn, each request its own prompt (they recur across rounds, as in the HTTP benchmark). Reports tok/s
+per condition and load, the ratios to plain, the drafter's block forwards and the steps with copies.
+
+    .venv/bin/python scripts/bench/copy_first.py [--prompts 12] [--tokens 256] [--loads 1,4] [--rounds 2] \\
+        [--ngl 0] [--out docs/results/<date>-cpu/copy_first.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+
+from pydflash import api  # noqa: E402
+from pydflash.config import EngineConfig  # noqa: E402
+from pydflash.defaults import SHIPPED_DRAFTER, gemma_target  # noqa: E402
+from pydflash.engine import copies  # noqa: E402
+from pydflash.engine.request import Request  # noqa: E402
+
+PROMPTS = pathlib.Path(__file__).resolve().parent / "prompts_fresh_v1.jsonl"
+CONDITIONS = ("plain", "pair", "pair, no stand-in")
+CHECK_EVERY = copies.CHECK_EVERY  # as shipped
+
+
+def run_round(llm, prompts: list[str], n_slots: int, tokens: int, check_every: int) -> dict:
+    copies.CHECK_EVERY = check_every  # read at each decision (CopyPolicy.first)
+    eng = llm.engine
+    blocks = [0]
+    if eng.drafter is not None:
+        propose = eng.drafter.propose
+        eng.drafter.propose = lambda plan, during=None: (
+            blocks.__setitem__(0, blocks[0] + any(k for _, k in plan)), propose(plan, during))[1]
+    reqs = [Request(llm.tokenize(p), max_tokens=tokens, ignore_eos=True) for p in prompts]
+    t0 = time.perf_counter()
+    results = []
+    for i in range(0, len(reqs), n_slots):  # closed loop: n_slots requests at a time
+        results += llm.generate_many(reqs[i:i + n_slots])
+    seconds = time.perf_counter() - t0
+    if eng.drafter is not None:
+        eng.drafter.propose = propose
+    copies.CHECK_EVERY = CHECK_EVERY
+    n = sum(len(r.tokens) for r in results)
+    return {"tokens": n, "seconds": round(seconds, 3), "tok_s": round(n / seconds, 2), "blocks": blocks[0],
+            "steps": sum(r.stats.n_steps for r in results),
+            "copy_steps": sum(r.stats.n_lookup_steps for r in results),
+            "outputs": [r.tokens for r in results]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prompts", type=int, default=12)
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--loads", default="1,4")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--ngl", type=int, default=0)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    prompts = [json.loads(line)["prompt"] for line in PROMPTS.read_text().splitlines()[:args.prompts]]
+    loads = [int(x) for x in args.loads.split(",")]
+    rows = []
+    for n_slots in loads:
+        cfg = dict(n_ctx_slot=1024, n_slots=n_slots, n_gpu_layers=args.ngl, adaptive=True)
+        with api.load(gemma_target(), None, config=EngineConfig(draft_max=0, **cfg)) as plain, \
+                api.load(gemma_target(), SHIPPED_DRAFTER, config=EngineConfig(**cfg)) as pair:
+            runs = {c: [] for c in CONDITIONS}
+            for r in range(args.rounds + 1):  # round 0 warms up (and fills the prompt caches)
+                order = CONDITIONS[r % 3:] + CONDITIONS[:r % 3]
+                for c in order:
+                    llm = plain if c == "plain" else pair
+                    out = run_round(llm, prompts, n_slots, args.tokens, 1 if c.endswith("stand-in") else CHECK_EVERY)
+                    if r:
+                        runs[c].append(out)
+            base = [o["outputs"] for o in runs["plain"]][0]
+            for c in CONDITIONS:
+                tok_s = [o["tok_s"] for o in runs[c]]
+                same = sum(a == b for o in runs[c] for a, b in zip(o["outputs"], base))
+                row = {"slots": n_slots, "condition": c, "tok_s_median": statistics.median(tok_s), "tok_s": tok_s,
+                       "blocks": [o["blocks"] for o in runs[c]], "steps": [o["steps"] for o in runs[c]],
+                       "copy_steps": [o["copy_steps"] for o in runs[c]],
+                       "outputs_equal_to_plain": f"{same}/{len(base) * len(runs[c])}"}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+            med = {c: statistics.median(o["tok_s"] for o in runs[c]) for c in CONDITIONS}
+            print(f"slots {n_slots}: pair / plain {med['pair'] / med['plain']:.3f}, no stand-in / plain "
+                  f"{med['pair, no stand-in'] / med['plain']:.3f}", flush=True)
+    if args.out:
+        pathlib.Path(args.out).write_text(json.dumps({"prompts": args.prompts, "tokens": args.tokens,
+                                                      "rounds": args.rounds, "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
