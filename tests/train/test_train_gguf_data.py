@@ -197,8 +197,11 @@ def test_committed_responses_are_whole_and_counted():
 # token 21 on the H200's own prefix; the same in two runs of the same 128-prompt batch. 1 row of ~130 checked.
 # 3002650 (an H100 self-generated document, 2026-12-06): "import SwiftUI\n\nstruct ContentView" then ":" on the
 # H100, where this CPU's logits put "_" 2.25 nat above ":" (a 5-token prompt; the rest of the row is the natural
-# "ContentView: View {\n    @State private var"); the first of ~40 rows checked to leave the band.
-CROSS_DEVICE_EXCEPTIONS = {36652, 3002650}
+# "ContentView: View {\n    @State private var"); the first of ~40 rows checked to leave the band. 4599 (the same,
+# 2026-12-06 later): an XML file's sampled opening, on whose 17-token prompt the H100 went `yes" ?>\n<openxml` where
+# this CPU's logits put another token 1.6 nat above it at the 5th; the document's next row leaves the band by 1.006
+# nat at its 18th token. The run's other three processes' first rows agree.
+CROSS_DEVICE_EXCEPTIONS = {36652, 3002650, 4599}
 
 
 @pytest.mark.real_model
