@@ -76,13 +76,15 @@ RELAX_ENGINE = 0.99  # per candidate step in which no slot copies: the share of 
 # 2026-12-06-h100-e): 10 sizes in 159 copy steps; a copy step's cost went with its tokens as before (4.4 ms for 22
 # copied, 4.1 for 19.8 unfitted), so what this saves is the warm-ups, and fitting lengthens more copies than it trims
 SHAPE_STEP = 8
+# ... but a copy is shortened by at most this many tokens for it: a new size costs ~0.6 ms twice, once, while a
+# copy's tail tokens are accepted at ~0.8 each in every step (the tiny pair with the H100's costs modelled,
+# scripts/bench/copies_replay.py: with up to 7 trimmed, 8-slot steps for the looping requests rose 1,207-1,272 ->
+# 1,260-1,358; with 2, 1,141-1,341)
+MAX_TRIM = 2
 # Where every drafting slot's text is being copied, the drafter sits out the step (``CopyPolicy.first``), except for
 # every this-many-th such step. The H100's traces: at 1 slot a step with a copy took 2.6 ms for 15 copied tokens, one
 # with the shipped drafter's block 3.55 ms (1.0 of it the drafter's) for 7.1 drafts; at 4 slots 5.2 ms against 7.1
 CHECK_EVERY = 4
-# ... but a copy is shortened by at most this many tokens for it: at 8 slots on the H100 a replayed graph saves ~0.5
-# ms of a ~3 ms step, ~2 tokens at plain decoding's rate, and a copy's tail tokens are accepted at ~0.8 each
-MAX_TRIM = 2
 
 
 def start_counts() -> AcceptCounts:
