@@ -78,8 +78,8 @@ RELAX_ENGINE = 0.99  # per candidate step in which no slot copies: the share of 
 SHAPE_STEP = 8
 # ... but a copy is shortened by at most this many tokens for it: a new size costs ~0.6 ms twice, once, while a
 # copy's tail tokens are accepted at ~0.8 each in every step (the tiny pair with the H100's costs modelled,
-# scripts/bench/copies_replay.py: with up to 7 trimmed, 8-slot steps for the looping requests rose 1,207-1,272 ->
-# 1,260-1,358; with 2, 1,141-1,341)
+# scripts/bench/copies_replay.py, docs/results/2026-12-06-cpu/copies_replay{,_fit_trim7,_fit}.json: with up to 7
+# trimmed, 8-slot steps for the looping requests rose 1,207-1,272 -> 1,260-1,358; with 2, 1,141-1,341)
 MAX_TRIM = 2
 # Where every drafting slot's text is being copied, the drafter sits out the step (``CopyPolicy.first``), except for
 # every this-many-th such step. The H100's traces: at 1 slot a step with a copy took 2.6 ms for 15 copied tokens, one
