@@ -6,8 +6,14 @@ In one process, the conditions interleaved over rounds; greedy, ``ignore_eos``, 
 N prompts in turn, each request its own prompt (they recur across rounds, as in the HTTP benchmark). Reports tok/s
 per condition and load, the ratios to plain, the drafter's block forwards and the steps with copies.
 
+With ``--modelled`` (for a CPU, where the shipped drafter seldom pays and so seldom drafts) every step's cost is the
+H100's as traced (scripts/bench/copies_rounds.py's plain step and verify tokens, target features +8 %, the
+drafter's injection and block 0.7 ms + 0.3 ms a drafting slot: 1.0 / 1.3 / 1.8 / 2.9 / 6.0 ms measured at 1 / 2 /
+4 / 8 / 16), fed to the policies in place of the measured one and summed for a modelled tok/s: the real pair's
+drafts and acceptance, a GPU's prices. Decisions are deterministic then, so one round is enough.
+
     .venv/bin/python scripts/bench/copy_first.py [--prompts 12] [--tokens 256] [--loads 1,4] [--rounds 2] \\
-        [--ngl 0] [--out docs/results/<date>-cpu/copy_first.json]
+        [--ngl 0] [--modelled] [--out docs/results/<date>-cpu/copy_first.json]
 """
 
 from __future__ import annotations
@@ -21,10 +27,13 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
+from copies_rounds import extra_seconds, plain as plain_seconds  # noqa: E402  (scripts/bench is sys.path[0])
+
 from pydflash import api  # noqa: E402
 from pydflash.config import EngineConfig  # noqa: E402
 from pydflash.defaults import SHIPPED_DRAFTER, gemma_target  # noqa: E402
 from pydflash.engine import copies  # noqa: E402
+from pydflash.engine.drafter import NO_COST, ProposeCost  # noqa: E402
 from pydflash.engine.request import Request  # noqa: E402
 
 PROMPTS = pathlib.Path(__file__).resolve().parent / "prompts_fresh_v1.jsonl"
@@ -32,9 +41,42 @@ CONDITIONS = ("plain", "pair", "pair, no stand-in")
 CHECK_EVERY = copies.CHECK_EVERY  # as shipped
 
 
-def run_round(llm, prompts: list[str], n_slots: int, tokens: int, check_every: int) -> dict:
+def block_seconds(drafting: int) -> float:
+    return 0.7e-3 + 0.3e-3 * drafting if drafting else 0.0
+
+
+def model_costs(eng) -> list[float]:
+    """Replace what the engine's policies learn from with the H100's modelled step costs; returns the list that
+    collects every step's modelled seconds."""
+    steps = []
+    observe, account = eng._observe_costs, eng._account
+
+    def step_seconds(plan, n_copied: int) -> float:
+        n, x = len(plan), sum(1 + k for _, k in plan) + n_copied
+        feats = 1.08 if eng.drafter is not None and eng.target_ctx.features_on else 1.0
+        return plain_seconds(max(n, 1)) * feats + extra_seconds(n, x) + block_seconds(sum(1 for _, k in plan if k))
+
+    def modelled_observe(plan, total, n_copied=0):
+        drafting = sum(1 for _, k in plan if k)
+        eng.drafter.last_cost = ProposeCost(0.0, 0, block_seconds(drafting)) if drafting else NO_COST
+        return observe(plan, step_seconds(plan, n_copied), n_copied)
+
+    def modelled_account(plan, prefilling, clock, t_commit, n_copied=0):
+        steps.append(step_seconds(plan + [(s, 0) for s in prefilling], n_copied))
+        return account(plan, prefilling, clock, t_commit, n_copied)
+
+    eng._observe_costs, eng._account = modelled_observe, modelled_account
+    costs = eng.drafting.costs  # a GPU's curves: warm-up samples dropped, as the engine does with -ngl
+    costs.drop_first = costs.draft.drop_first = True
+    for curve in costs.verify_any.values():
+        curve.drop_first = True
+    return steps
+
+
+def run_round(llm, prompts: list[str], n_slots: int, tokens: int, check_every: int, modelled) -> dict:
     copies.CHECK_EVERY = check_every  # read at each decision (CopyPolicy.first)
     eng = llm.engine
+    first_step = len(modelled) if modelled is not None else 0
     blocks = [0]
     if eng.drafter is not None:
         propose = eng.drafter.propose
@@ -43,9 +85,11 @@ def run_round(llm, prompts: list[str], n_slots: int, tokens: int, check_every: i
     reqs = [Request(llm.tokenize(p), max_tokens=tokens, ignore_eos=True) for p in prompts]
     t0 = time.perf_counter()
     results = []
-    for i in range(0, len(reqs), n_slots):  # closed loop: n_slots requests at a time
-        results += llm.generate_many(reqs[i:i + n_slots])
+    for i in range(0, len(reqs), n_slots):  # n_slots at a time, the next ones once all have finished (a round of
+        results += llm.generate_many(reqs[i:i + n_slots])  # the HTTP benchmark waits for its slowest too)
     seconds = time.perf_counter() - t0
+    if modelled is not None:
+        seconds = sum(modelled[first_step:])
     if eng.drafter is not None:
         eng.drafter.propose = propose
     copies.CHECK_EVERY = CHECK_EVERY
@@ -63,6 +107,7 @@ def main() -> None:
     ap.add_argument("--loads", default="1,4")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--ngl", type=int, default=0)
+    ap.add_argument("--modelled", action="store_true", help="the H100's step costs, modelled (see the module)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     prompts = [json.loads(line)["prompt"] for line in PROMPTS.read_text().splitlines()[:args.prompts]]
@@ -72,12 +117,14 @@ def main() -> None:
         cfg = dict(n_ctx_slot=1024, n_slots=n_slots, n_gpu_layers=args.ngl, adaptive=True)
         with api.load(gemma_target(), None, config=EngineConfig(draft_max=0, **cfg)) as plain, \
                 api.load(gemma_target(), SHIPPED_DRAFTER, config=EngineConfig(**cfg)) as pair:
+            modelled = {id(llm): model_costs(llm.engine) if args.modelled else None for llm in (plain, pair)}
             runs = {c: [] for c in CONDITIONS}
             for r in range(args.rounds + 1):  # round 0 warms up (and fills the prompt caches)
                 order = CONDITIONS[r % 3:] + CONDITIONS[:r % 3]
                 for c in order:
                     llm = plain if c == "plain" else pair
-                    out = run_round(llm, prompts, n_slots, args.tokens, 1 if c.endswith("stand-in") else CHECK_EVERY)
+                    out = run_round(llm, prompts, n_slots, args.tokens, 1 if c.endswith("stand-in") else CHECK_EVERY,
+                                    modelled[id(llm)])
                     if r:
                         runs[c].append(out)
             base = [o["outputs"] for o in runs["plain"]][0]
@@ -95,7 +142,8 @@ def main() -> None:
                   f"{med['pair, no stand-in'] / med['plain']:.3f}", flush=True)
     if args.out:
         pathlib.Path(args.out).write_text(json.dumps({"prompts": args.prompts, "tokens": args.tokens,
-                                                      "rounds": args.rounds, "rows": rows}, indent=1) + "\n")
+                                                      "rounds": args.rounds, "modelled": args.modelled,
+                                                      "rows": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
