@@ -206,10 +206,17 @@ def test_a_drafting_engine_skips_the_drafter_where_the_slots_loop(tiny, monkeypa
         engine.drafting.plan = lambda slots: Plan([m for _, m in slots], True)
         steps, blocks = [], []  # per step: (the plan drafted, copies stood in); per drafter call: it drafted
         first, propose = engine._copy_first, engine.drafter.propose
-        engine._copy_first = lambda plan: (lambda out: (steps.append((any(k for _, k in plan), not any(
-            k for _, k in out))), out)[1])(first(plan))
-        engine.drafter.propose = lambda plan, during=None: (blocks.append(any(k for _, k in plan)),
-                                                            propose(plan, during))[1]
+
+        def copy_first(plan):
+            out = first(plan)
+            steps.append((any(k for _, k in plan), not any(k for _, k in out)))
+            return out
+
+        def counted(plan, during=None):
+            blocks.append(any(k for _, k in plan))
+            return propose(plan, during)
+
+        engine._copy_first, engine.drafter.propose = copy_first, counted
         reqs = [Request(llm.tokenize(t), max_tokens=400, ignore_eos=True) for t in (LOOP, LOOP)]
         results = llm.generate_many(reqs)
         first_steps = engine.copies.first_steps
