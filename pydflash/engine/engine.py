@@ -308,11 +308,11 @@ class Engine:
         ks = self.copies.choose(len(plan), [(slot.copies, len(chain)) for slot, chain in found],
                                 self.target_ctx.features_on)
         base = sum(1 + len(drafts.get(slot.seq, ())) for slot, _ in plan) + sum(len(chunk) for _, chunk in chunks)
-        room = self.target_ctx.params.n_batch - base
+        room = capacity = self.target_ctx.params.n_batch - base  # what the batch has left for copies
         for i, k in enumerate(ks):  # in order, as far as the room goes
             ks[i] = max(0, min(k, room))
             room -= ks[i]
-        ks = self.copies.fit_shape(base, ks, [len(chain) for _, chain in found], self.target_ctx.params.n_batch - base)
+        ks = self.copies.fit_shape(base, ks, [len(chain) for _, chain in found], capacity)
         copied = {}
         for (slot, chain), k in zip(found, ks):
             if k > 0:

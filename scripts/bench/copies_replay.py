@@ -20,10 +20,9 @@ import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
-from copies_rounds import extra_seconds, plain  # noqa: E402  the same H100 model (scripts/bench is sys.path[0])
+from copies_rounds import model_engine  # noqa: E402  the same H100 model (scripts/bench is sys.path[0])
 from pydflash import api  # noqa: E402
 from pydflash.config import EngineConfig  # noqa: E402
-from pydflash.engine.drafter import ProposeCost  # noqa: E402
 from pydflash.engine.request import Request  # noqa: E402
 from pydflash.factory import write_tiny_pair  # noqa: E402
 
@@ -31,28 +30,10 @@ LOOP = "the cat sat on the mat. the cat sat on the mat. the cat"
 PROMPTS = [LOOP, "hello world", LOOP + " sat on", "once upon a time", "the cat sat on a hat. the cat sat on a hat. the"]
 
 
-def verify_seconds(n: int, x: int, features: bool, rng: random.Random) -> float:
-    return (plain(n) * (1.08 if features else 1.0) + extra_seconds(n, x)) * rng.uniform(0.95, 1.15)
-
-
 def run(target, drafter, n_slots: int, seed: int, tokens: int) -> dict:
     rng = random.Random(seed)
     with api.load(target, drafter, config=EngineConfig(n_ctx_slot=1024, n_slots=n_slots, adaptive=True)) as llm:
-        eng = llm.engine
-        costs = eng.drafting.costs  # a GPU's curves: warm-up samples dropped, probes upper bounds
-        costs.drop_first = costs.draft.drop_first = True
-        for curve in costs.verify_any.values():
-            curve.drop_first = True
-        observe = eng._observe_costs
-
-        def modelled(plan, total, n_copied=0):  # the measured seconds replaced by the model's
-            n, x = len(plan), sum(1 + k for _, k in plan) + n_copied
-            drafting = sum(1 for _, k in plan if k)
-            eng.drafter.last_cost = ProposeCost(0.0, 0, 0.4e-3 + 0.13e-3 * drafting if drafting else 0.0)
-            return observe(plan, verify_seconds(n, x, eng.target_ctx.features_on, rng)
-                           + eng.drafter.last_cost.block_s, n_copied)
-
-        eng._observe_costs = modelled
+        model_engine(llm.engine, lambda drafting: 0.4e-3 + 0.13e-3 * drafting, lambda: rng.uniform(0.95, 1.15))
         texts = [PROMPTS[(seed + i) % len(PROMPTS)] for i in range(2 * n_slots)]
         reqs = [Request(llm.tokenize(t), max_tokens=tokens, ignore_eos=True) for t in texts]
         results = llm.generate_many(reqs)

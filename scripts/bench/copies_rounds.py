@@ -46,6 +46,34 @@ def step_seconds(n: int, x: int) -> float:
     return plain(n) + extra_seconds(n, x)
 
 
+def model_engine(eng, block_seconds, noise=None):
+    """Make an engine's policies learn this model's step costs instead of the measured ones (a GPU's curves:
+    warm-up samples dropped, probes upper bounds): a step of n slots and x verify tokens costs a plain step (target
+    features +8 %) plus the extra tokens, times ``noise()`` if given, plus ``block_seconds(drafting slots)`` where
+    the drafter drafts. Returns that cost as a function of (plan, copied tokens)."""
+    from pydflash.engine.drafter import NO_COST, ProposeCost
+
+    costs = eng.drafting.costs
+    costs.drop_first = costs.draft.drop_first = True
+    for curve in costs.verify_any.values():
+        curve.drop_first = True
+    observe = eng._observe_costs
+
+    def seconds(plan, n_copied: int) -> float:
+        n, x = len(plan), sum(1 + k for _, k in plan) + n_copied
+        verify = plain(max(n, 1)) * (1.08 if eng.target_ctx.features_on else 1.0) + extra_seconds(n, x)
+        drafting = sum(1 for _, k in plan if k)
+        return verify * (noise() if noise else 1.0) + (block_seconds(drafting) if drafting else 0.0)
+
+    def modelled(plan, total, n_copied=0):  # the measured seconds replaced by the model's
+        drafting = sum(1 for _, k in plan if k)
+        eng.drafter.last_cost = ProposeCost(0.0, 0, block_seconds(drafting)) if drafting else NO_COST
+        return observe(plan, seconds(plan, n_copied), n_copied)
+
+    eng._observe_costs = modelled
+    return seconds
+
+
 def greedy_texts(tokens: int) -> list[dict]:
     """(prompt tokens, greedy continuation) per held-out prompt, generated once through the engine on the CPU."""
     if CACHE.exists():

@@ -27,13 +27,12 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
-from copies_rounds import extra_seconds, plain as plain_seconds  # noqa: E402  (scripts/bench is sys.path[0])
+from copies_rounds import model_engine  # noqa: E402  (scripts/bench is sys.path[0])
 
 from pydflash import api  # noqa: E402
 from pydflash.config import EngineConfig  # noqa: E402
 from pydflash.defaults import SHIPPED_DRAFTER, gemma_target  # noqa: E402
 from pydflash.engine import copies  # noqa: E402
-from pydflash.engine.drafter import NO_COST, ProposeCost  # noqa: E402
 from pydflash.engine.request import Request  # noqa: E402
 
 PROMPTS = pathlib.Path(__file__).resolve().parent / "prompts_fresh_v1.jsonl"
@@ -42,34 +41,20 @@ CHECK_EVERY = copies.CHECK_EVERY  # as shipped
 
 
 def block_seconds(drafting: int) -> float:
-    return 0.7e-3 + 0.3e-3 * drafting if drafting else 0.0
+    return 0.7e-3 + 0.3e-3 * drafting
 
 
 def model_costs(eng) -> list[float]:
     """Replace what the engine's policies learn from with the H100's modelled step costs; returns the list that
-    collects every step's modelled seconds."""
+    collects every step's modelled seconds (prefill steps priced as decode steps of all the slots)."""
     steps = []
-    observe, account = eng._observe_costs, eng._account
-
-    def step_seconds(plan, n_copied: int) -> float:
-        n, x = len(plan), sum(1 + k for _, k in plan) + n_copied
-        feats = 1.08 if eng.drafter is not None and eng.target_ctx.features_on else 1.0
-        return plain_seconds(max(n, 1)) * feats + extra_seconds(n, x) + block_seconds(sum(1 for _, k in plan if k))
-
-    def modelled_observe(plan, total, n_copied=0):
-        drafting = sum(1 for _, k in plan if k)
-        eng.drafter.last_cost = ProposeCost(0.0, 0, block_seconds(drafting)) if drafting else NO_COST
-        return observe(plan, step_seconds(plan, n_copied), n_copied)
+    seconds, account = model_engine(eng, block_seconds), eng._account
 
     def modelled_account(plan, prefilling, clock, t_commit, n_copied=0):
-        steps.append(step_seconds(plan + [(s, 0) for s in prefilling], n_copied))
+        steps.append(seconds(plan + [(s, 0) for s in prefilling], n_copied))
         return account(plan, prefilling, clock, t_commit, n_copied)
 
-    eng._observe_costs, eng._account = modelled_observe, modelled_account
-    costs = eng.drafting.costs  # a GPU's curves: warm-up samples dropped, as the engine does with -ngl
-    costs.drop_first = costs.draft.drop_first = True
-    for curve in costs.verify_any.values():
-        curve.drop_first = True
+    eng._account = modelled_account
     return steps
 
 
