@@ -33,15 +33,27 @@ def test_turn_ends_cut_after_each_opened_model_turn():
     assert selfgen.turn_ends(toks, sot, model) == [8, 18]
 
 
-@pytest.fixture(scope="module")
-def shards(tiny, tmp_path_factory):
-    out = tmp_path_factory.mktemp("selfgen")
+def _selfgen(tiny, out, *extra):
     selfgen.main(["--target", str(tiny("gemma3").target), "--out", str(out), "--slots", "4", "--n-new", "8",
-                  "--cuts", "2", "--threads", "1", "--skip", "3", "--stop", "9", "--shard-rows", "5"])
+                  "--cuts", "2", "--threads", "1", "--skip", "3", "--stop", "9", "--shard-rows", "5", *extra])
     return out
 
 
-def test_rows_are_cut_prompts_answered_greedily(tiny, shards):
+@pytest.fixture(scope="module")
+def shards(tiny, tmp_path_factory):
+    return _selfgen(tiny, tmp_path_factory.mktemp("selfgen"))
+
+
+@pytest.fixture(scope="module")
+def stream_shards(tiny, tmp_path_factory):
+    """The same documents with a KV stream per slot (the GPU harness's default: a 128-slot step attends over its
+    own slot's cells, not the whole pool): 4 slots for ~25 requests, so every slot is reused several times."""
+    return _selfgen(tiny, tmp_path_factory.mktemp("selfgen_streams"), "--kv-streams")
+
+
+@pytest.mark.parametrize("which", ["shards", "stream_shards"])
+def test_rows_are_cut_prompts_answered_greedily(tiny, which, request):
+    shards = request.getfixturevalue(which)
     summary = json.loads((shards / "generate.json").read_text())
     assert summary["next_skip"] == 9 and summary["docs"] == 6 and summary["rows"] >= 6
     d = load_shards(str(shards))
