@@ -121,13 +121,15 @@ class ShardWriter:
 
 def load_shards(folder: str) -> dict[str, np.ndarray]:
     """Every shard of a folder (or of several, comma-separated) as one ragged set of rows; with topk.py's soft
-    labels when every shard has them (``resp_starts``: where each row's response positions start in them)."""
+    labels when every shard has them (``resp_starts``: where each row's response positions start in them).
+    ``source`` is each row's folder, its place in the list: ``index`` counts documents within one run only."""
     parts = []
-    for d in folder.split(","):
+    for n_folder, d in enumerate(folder.split(",")):
         for name in sorted(os.listdir(d)):
             if name.startswith("shard-") and name.endswith(".npz"):
                 z = np.load(os.path.join(d, name))
-                parts.append({k: z[k] for k in z.files})
+                rows = {k: z[k] for k in z.files}
+                parts.append({**rows, "source": np.full(len(rows["prompt_len"]), n_folder, np.int32)})
     if not parts:
         raise FileNotFoundError(f"no shard-*.npz in {folder}")
     tokens = np.concatenate([p["tokens"] for p in parts])
@@ -135,7 +137,7 @@ def load_shards(folder: str) -> dict[str, np.ndarray]:
     starts = np.concatenate([p["offsets"][:-1] + base for p, base in zip(parts, bases)])
     lens = np.concatenate([np.diff(p["offsets"]) for p in parts])
     out = {"tokens": tokens, "starts": starts.astype(np.int64), "lens": lens.astype(np.int64),
-           **{k: np.concatenate([p[k] for p in parts]) for k in ("prompt_len", "kind", "index")}}
+           **{k: np.concatenate([p[k] for p in parts]) for k in ("prompt_len", "kind", "index", "source")}}
     if all("topk_ids" in p for p in parts):  # topk.py's soft labels, one row per response position
         resp = (lens - out["prompt_len"]).astype(np.int64)
         if sum(len(p["topk_ids"]) for p in parts) != int(resp.sum()):

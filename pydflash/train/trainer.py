@@ -70,6 +70,19 @@ class Bucket:
         return self.order[lo:lo + n].tolist()
 
 
+def split_documents(data: dict, keep: np.ndarray, hold_from: np.ndarray, share: float) -> tuple[np.ndarray, np.ndarray]:
+    """Held-out rows drawn only where ``hold_from`` is set (rows of the folders named by ``--holdout-from``), whole
+    documents at a time: a self-generated document is cut into several prompts, the longer ones holding the
+    shorter ones' text, so a row split would train on what it then checks. About ``share`` of the eligible rows
+    (in ``keep``'s shuffled order, so the seed picks the documents); every other row trains."""
+    doc = data["source"].astype(np.int64) << 40 | data["index"].astype(np.int64)
+    docs, first, rows = np.unique(doc[keep[hold_from[keep]]], return_index=True, return_counts=True)
+    by_draw = np.argsort(first)  # documents in the shuffled order of their first row
+    n_docs = int(np.searchsorted(np.cumsum(rows[by_draw]), int(rows.sum() * share)))
+    out = np.isin(doc[keep], docs[by_draw[:n_docs]]) & hold_from[keep]
+    return keep[out], keep[~out]
+
+
 class Rows:
     """The ragged rows of a data folder, split into train / holdout, bucketed by length.
 
@@ -80,7 +93,7 @@ class Rows:
     of all rows, the sampler of every earlier run, draw for draw."""
 
     def __init__(self, data: dict, max_len: int, holdout: float, seed: int, copy_weight: float = 1.0,
-                 drop: np.ndarray | None = None):
+                 drop: np.ndarray | None = None, hold_from: np.ndarray | None = None):
         resp = data["lens"] - data["prompt_len"]
         ok = (resp >= 3) & (data["prompt_len"] + 2 < max_len)
         if drop is not None:  # rows whose prompt holds an evaluation or benchmark prompt (holdout.py)
@@ -88,9 +101,12 @@ class Rows:
         keep = np.flatnonzero(ok)
         rng = np.random.default_rng(seed)
         rng.shuffle(keep)
-        n_hold = int(len(keep) * holdout)
         self.data, self.max_len = data, max_len
-        self.holdout, self.train = keep[:n_hold], keep[n_hold:]
+        if hold_from is None:  # every row may be held out, row by row: the split of every earlier run
+            n_hold = int(len(keep) * holdout)
+            self.holdout, self.train = keep[:n_hold], keep[n_hold:]
+        else:
+            self.holdout, self.train = split_documents(data, keep, hold_from, holdout)
         lens = np.minimum(data["lens"][self.train], max_len)
         self.all = Bucket(self.train, lens)
         # shares of the rows as trained (cut at max_len), computed once: ~13 s for 30 M tokens on two cores
@@ -336,6 +352,9 @@ def main(argv=None):
                          f"{COPY_NGRAM}-grams of the prompt) this many times as often as others (1: uniform)")
     ap.add_argument("--max-len", type=int, default=1280)
     ap.add_argument("--holdout", type=float, default=0.02)
+    ap.add_argument("--holdout-from", default="",
+                    help="hold out whole documents, only from the --data folders whose path has this in it "
+                         "(selfgen: prompts of the target's own distribution pick the checkpoint); default: any row")
     ap.add_argument("--eval-every", type=float, default=150, help="seconds between held-out checks (best kept)")
     ap.add_argument("--eval-per-kind", type=int, default=24)
     ap.add_argument("--target-layers", default="1,4,8,12,15")
@@ -349,6 +368,8 @@ def main(argv=None):
         ap.error("--keep-layers picks layers of --init's drafter")
     if args.copy_weight <= 0:
         ap.error("--copy-weight must be above 0")
+    if args.holdout_from and not any(args.holdout_from in d for d in args.data.split(",")):
+        ap.error(f"--holdout-from {args.holdout_from!r}: no folder of --data has it in its path")
     if not 0 <= args.distill_stored <= 1 or (args.distill_stored and args.distill_topk):
         ap.error("--distill-stored is a weight in [0, 1], and excludes --distill-topk (the port's teacher)")
     device = torch.device(args.device)
@@ -372,7 +393,12 @@ def main(argv=None):
     drop = keep_out.held_token_rows((data["tokens"][s:s + p] for s, p in zip(data["starts"], data["prompt_len"])),
                                     args.gguf)
     log(f"dropped {int(drop.sum())} rows whose prompt holds an evaluation or benchmark prompt")
-    rows = Rows(data, args.max_len, args.holdout, args.seed, args.copy_weight, drop)
+    hold_from = None
+    if args.holdout_from:  # the held-out check on the folders named, whole documents (split_documents)
+        named = [i for i, d in enumerate(args.data.split(",")) if args.holdout_from in d]
+        hold_from = np.isin(data["source"], named)
+        log(f"held-out rows from {len(named)} of {len(args.data.split(','))} folders, whole documents")
+    rows = Rows(data, args.max_len, args.holdout, args.seed, args.copy_weight, drop, hold_from)
     resp = int((data["lens"][rows.train] - data["prompt_len"][rows.train]).sum())
     log(f"rows: {len(rows.train)} train ({resp} response tokens), {len(rows.holdout)} held out")
     copy = rows.copy_stats()

@@ -110,3 +110,16 @@ def test_a_document_with_follow_ups_sends_its_user_turns(tiny, tmp_path):
     assert summary["docs"] == 1 and 1 <= summary["turns_sent"] <= len(doc.turns)
     # the tiny target never ends a turn: each answer runs to TURN_TOKENS before the next user turn
     assert summary["doc_tokens"] > selfgen.TURN_TOKENS * summary["turns_sent"]
+
+
+def test_training_holds_out_documents_of_the_named_folders(tiny, shards, stream_shards, tmp_path, capsys):
+    from pydflash.train import trainer
+
+    args = ["--gguf", str(tiny("gemma3").target), "--data", f"{shards},{stream_shards}", "--out", str(tmp_path),
+            "--device", "cpu", "--max-steps", "1", "--layers", "1", "--target-layers", "0,1", "--holdout", "0.3",
+            "--anchors", "2", "--eval-per-kind", "1"]
+    trainer.main([*args, "--holdout-from", "selfgen_streams"])
+    assert "held-out rows from 1 of 2 folders, whole documents" in (tmp_path / "train.log").read_text()
+    with pytest.raises(SystemExit) as e:  # a name no folder has: one line, before the target loads
+        trainer.main([*args, "--holdout-from", "no-such-run"])
+    assert e.value.code == 2 and "--holdout-from 'no-such-run'" in capsys.readouterr().err

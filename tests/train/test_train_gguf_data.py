@@ -71,6 +71,7 @@ def test_generate_is_the_targets_greedy_continuation(tiny, tmp_path):
     assert summary["rows"] == 3 and summary["next_skip"] == 4 and summary["prompts_exhausted"]
     d = load_shards(f"{out},{tmp_path / 'gen2'}")  # two processes' shards, read as one set
     assert sorted(d["index"].tolist()) == [1, 2, 3, 4, 5]
+    assert sorted(zip(d["source"].tolist(), d["index"].tolist())) == [(0, 1), (0, 2), (0, 3), (1, 4), (1, 5)]
     oracle = Oracle(pair.target)
     try:
         for s, n, p, k, i in zip(d["starts"], d["lens"], d["prompt_len"], d["kind"], d["index"]):
@@ -162,6 +163,31 @@ def test_rows_batches_stay_in_budget_and_keep_the_holdout_out():
         longest = max(min(int(lens[i]), 256) for i in idx)
         shortest = min(min(int(lens[i]), 256) for i in idx)
         assert len(idx) * shortest <= 2048 + 256 and longest - shortest < 200  # similar lengths, in budget
+
+
+def test_holdout_from_named_folders_holds_whole_documents():
+    """--holdout-from: held-out rows come only from the named folders, a document's cuts all on one side (its longer
+    prompts hold its shorter ones' text); documents are a folder's own (index 7 of one folder is not index 7 of
+    another); every row of the other folders trains."""
+    from pydflash.train.trainer import Rows
+
+    rng = np.random.default_rng(1)
+    n = 400
+    lens = rng.integers(10, 200, size=n)
+    source = np.repeat([0, 1], n // 2)
+    index = np.r_[np.arange(n // 2) // 4, np.arange(n // 2) // 4]  # 4 cuts a document, the same numbers in both
+    data = {"tokens": np.zeros(int(lens.sum()), np.int32), "starts": np.r_[0, np.cumsum(lens)[:-1]], "lens": lens,
+            "prompt_len": (lens * 0.3).astype(np.int64), "kind": rng.integers(0, 4, n), "index": index,
+            "source": source}
+    rows = Rows(data, max_len=256, holdout=0.1, seed=0, hold_from=source == 1)
+    held, train = set(rows.holdout.tolist()), set(rows.train.tolist())
+    assert not held & train and len(held) + len(train) == n
+    assert {int(source[i]) for i in held} == {1} and 12 <= len(held) <= 20  # ~10 % of 200, whole documents of 4
+    held_docs = {int(index[i]) for i in held}
+    assert all(i in held for i in range(n) if source[i] == 1 and index[i] in held_docs)
+    assert all(i in train for i in range(n) if source[i] == 0)
+    # without it: the row-by-row split of every earlier run, draw for draw
+    assert Rows(data, max_len=256, holdout=0.1, seed=0).holdout.tolist() != rows.holdout.tolist()
 
 
 GGUF_DATA = __import__("pathlib").Path(__file__).resolve().parents[2] / "pydflash" / "train" / "gguf_data"
