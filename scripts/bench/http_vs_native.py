@@ -176,6 +176,13 @@ def py_synth(n: int) -> Condition:
     return Condition(f"py-synth{n}", "pydflash", f"pydflash, synthetic L={n}", ("--spec-synth-len", str(n)), "shipped")
 
 
+def py_synth_spare(n: int) -> Condition:
+    """The A/B for patches/0012 (opt-in): the drafter's injection and block keep their graphs allocated in two
+    schedulers, instead of both being built again every drafting step (at 4B scale the block is the cost to cut)."""
+    return Condition(f"py-synth{n}-spare", "pydflash", f"pydflash, synthetic L={n}, PYDFLASH_SPARE_SCHED=1",
+                     ("--spec-synth-len", str(n)), "shipped", (("PYDFLASH_SPARE_SCHED", "1"),))
+
+
 CONDITIONS = [
     Condition("native-plain", "native", "native plain"),
     Condition("native-bs", "native", "native plain -bs", ("-bs",)),
@@ -197,7 +204,7 @@ CONDITIONS = [
                                       ("py-synth8", "pydflash, synthetic L=8", ("--spec-synth-len", "8"), "shipped"))),
 ]
 
-SYNTH_ID = re.compile(r"(native|py)-synth\d+")
+SYNTH_ID = re.compile(r"(native|py)-synth\d+(-spare)?")
 
 
 def conditions(synth_lens=(1, 4, 8)) -> list[Condition]:
@@ -205,7 +212,8 @@ def conditions(synth_lens=(1, 4, 8)) -> list[Condition]:
     out = []
     for c in CONDITIONS:
         if c.id in ("native-synth1", "py-synth1"):  # where each server's synthetic conditions stand
-            out += [(native_synth if c.server == "native" else py_synth)(n) for n in synth_lens]
+            out += [native_synth(n) for n in synth_lens] if c.server == "native" else \
+                [f(n) for n in synth_lens for f in (py_synth, py_synth_spare)]
         elif not SYNTH_ID.fullmatch(c.id):
             out.append(c)
     return out

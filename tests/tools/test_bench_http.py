@@ -330,3 +330,14 @@ def test_defaults_chunks_merge_per_workload(tmp_path):
     md = bench_http.defaults_markdown({**merged, "targets": bench_http.targets(merged)})
     assert md.index("## Targets") < md.index("## How it was run") < md.index("(`recur`)")
     assert "Body: `{\"prompt\": \"<prompt>\", \"max_tokens\": 8, \"temperature\": 0, \"ignore_eos\": true}`" in md
+
+
+def test_each_synthetic_length_has_its_patches_0012_twin():
+    """--synth-lens 1,5: py-synth5-spare is py-synth5's server with PYDFLASH_SPARE_SCHED=1 and nothing else (the
+    A/B for the drafter's graphs kept in two schedulers); native gets no twin (the variable is a pydflash one)."""
+    conds = {c.id: c for c in bench_http.conditions((1, 5))}
+    assert {"native-synth5", "py-synth5", "py-synth5-spare", "py-synth1-spare"} <= set(conds)
+    assert "native-synth5-spare" not in conds and "py-synth8" not in conds and "py-synth8-thread" in conds
+    plain, spare = conds["py-synth5"], conds["py-synth5-spare"]
+    assert (spare.args, spare.drafter, spare.server) == (plain.args, plain.drafter, plain.server)
+    assert plain.env == () and spare.env == (("PYDFLASH_SPARE_SCHED", "1"),)
