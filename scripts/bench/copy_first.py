@@ -93,6 +93,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--ngl", type=int, default=0)
     ap.add_argument("--modelled", action="store_true", help="the H100's step costs, modelled (see the module)")
+    ap.add_argument("--drafter", default=str(SHIPPED_DRAFTER),
+                    help="the pair's drafter (default: the shipped one; a useless one shows what copies alone do)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     prompts = [json.loads(line)["prompt"] for line in PROMPTS.read_text().splitlines()[:args.prompts]]
@@ -101,7 +103,7 @@ def main() -> None:
     for n_slots in loads:
         cfg = dict(n_ctx_slot=1024, n_slots=n_slots, n_gpu_layers=args.ngl, adaptive=True)
         with api.load(gemma_target(), None, config=EngineConfig(draft_max=0, **cfg)) as plain, \
-                api.load(gemma_target(), SHIPPED_DRAFTER, config=EngineConfig(**cfg)) as pair:
+                api.load(gemma_target(), args.drafter, config=EngineConfig(**cfg)) as pair:
             modelled = {id(llm): model_costs(llm.engine) if args.modelled else None for llm in (plain, pair)}
             runs = {c: [] for c in CONDITIONS}
             for r in range(args.rounds + 1):  # round 0 warms up (and fills the prompt caches)
@@ -128,6 +130,7 @@ def main() -> None:
     if args.out:
         pathlib.Path(args.out).write_text(json.dumps({"prompts": args.prompts, "tokens": args.tokens,
                                                       "rounds": args.rounds, "modelled": args.modelled,
+                                                      "drafter": pathlib.Path(args.drafter).name,
                                                       "rows": rows}, indent=1) + "\n")
 
 
