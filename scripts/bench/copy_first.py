@@ -93,11 +93,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--ngl", type=int, default=0)
     ap.add_argument("--modelled", action="store_true", help="the H100's step costs, modelled (see the module)")
+    ap.add_argument("--kind", default="", help="only the set's prompts of this kind (code, prose, question, ...)")
     ap.add_argument("--drafter", default=str(SHIPPED_DRAFTER),
                     help="the pair's drafter (default: the shipped one; a useless one shows what copies alone do)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    prompts = [json.loads(line)["prompt"] for line in PROMPTS.read_text().splitlines()[:args.prompts]]
+    rows = [json.loads(line) for line in PROMPTS.read_text().splitlines()]
+    prompts = [r["prompt"] for r in rows if not args.kind or r["kind"] == args.kind][:args.prompts]
     loads = [int(x) for x in args.loads.split(",")]
     rows = []
     for n_slots in loads:
@@ -131,6 +133,7 @@ def main() -> None:
         pathlib.Path(args.out).write_text(json.dumps({"prompts": args.prompts, "tokens": args.tokens,
                                                       "rounds": args.rounds, "modelled": args.modelled,
                                                       "drafter": pathlib.Path(args.drafter).name,
+                                                      "kind": args.kind or "all",
                                                       "rows": rows}, indent=1) + "\n")
 
 
