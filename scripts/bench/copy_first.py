@@ -13,7 +13,7 @@ drafter's injection and block 0.7 ms + 0.3 ms a drafting slot: 1.0 / 1.3 / 1.8 /
 drafts and acceptance, a GPU's prices. Decisions are deterministic then, so one round is enough.
 
     .venv/bin/python scripts/bench/copy_first.py [--prompts 12] [--tokens 256] [--loads 1,4] [--rounds 2] \\
-        [--ngl 0] [--modelled] [--out docs/results/<date>-cpu/copy_first.json]
+        [--ngl 0] [--modelled] [--kind code] [--drafter OTHER.gguf] [--out docs/results/<date>-cpu/copy_first.json]
 """
 
 from __future__ import annotations
@@ -98,8 +98,8 @@ def main() -> None:
                     help="the pair's drafter (default: the shipped one; a useless one shows what copies alone do)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    rows = [json.loads(line) for line in PROMPTS.read_text().splitlines()]
-    prompts = [r["prompt"] for r in rows if not args.kind or r["kind"] == args.kind][:args.prompts]
+    fresh = [json.loads(line) for line in PROMPTS.read_text().splitlines()]
+    prompts = [r["prompt"] for r in fresh if not args.kind or r["kind"] == args.kind][:args.prompts]
     loads = [int(x) for x in args.loads.split(",")]
     rows = []
     for n_slots in loads:
