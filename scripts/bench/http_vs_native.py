@@ -53,6 +53,8 @@ Held-out-prompt mode: conditions (ids for --only / --skip, which take comma-sepa
 - ``native-synth1/4/8``: the same at forced mean acceptance length L (``--spec-synth-len L``; L counts the bonus
   token). These two run --llama-server-patched where given (the shipped GGUF's reduced head, patches/0011);
 - ``py-plain``: pydflash-server ``--no-spec``; ``py-synth1/4/8``: ``-md D --spec-synth-len L`` (fixed block);
+  ``py-synth1/4/8-spare``: the same with ``PYDFLASH_SPARE_SCHED=1`` (patches/0012), run only when ``--only`` names
+  it;
 - ``py-dflash``: ``-md D``, adaptive drafting (the server's default);
 - ``py-random``: a random (useless) drafter, adaptive: the "never below 0.97x of plain" target (the drafter
   scripts/bench/engine.py makes with pydflash.factory, or ``--random-drafter``).
@@ -189,7 +191,7 @@ CONDITIONS = [
     Condition("native-dflash", "native", "native DFlash, shipped drafter, -bs", NATIVE_DFLASH, "shipped"),
     *(native_synth(n) for n in (1, 4, 8)),
     Condition("py-plain", "pydflash", "pydflash plain", ("--no-spec",)),
-    *(py_synth(n) for n in (1, 4, 8)),
+    *(f(n) for n in (1, 4, 8) for f in (py_synth, py_synth_spare)),
     Condition("py-dflash", "pydflash", "pydflash, shipped drafter, adaptive", (), "shipped"),
     Condition("py-random", "pydflash", "pydflash, random drafter, adaptive", (), "random"),
     # CUDA loads each kernel at its first launch by default (lazy module loading): a batch shape that needs kernels
@@ -393,7 +395,10 @@ def select(only: str, skip: str, table: list[Condition] = CONDITIONS) -> list[Co
         for p in (p.strip() for p in pats.split(",") if p.strip()):
             if not any(fnmatch.fnmatch(k, p) for k in known):
                 raise SystemExit(f"bench_http: {p!r} matches no condition; known: {', '.join(known)}")
-    return [c for c in table if (not only or match(c, only)) and not match(c, skip)]
+    named = {p.strip() for p in only.split(",")}
+    # an A/B twin (py-synthN-spare) runs only where --only names it: `py-synth*` keeps meaning the synthetic rows
+    return [c for c in table if (c.id in named if c.id.endswith("-spare") else not only or match(c, only))
+            and not match(c, skip)]
 
 
 def server_args(cond: Condition, a: argparse.Namespace, target: str, drafters: dict[str, str]) -> list[str]:

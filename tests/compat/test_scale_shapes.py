@@ -176,9 +176,10 @@ def bench():
 def test_synthetic_lengths_replace_the_default_ones(bench):
     assert [c.id for c in bench.conditions()] == [c.id for c in bench.CONDITIONS]
     ids = [c.id for c in bench.conditions([1, 3, 5, 8])]
-    assert [i for i in ids if "synth" in i and not i.endswith("-thread")] == [
+    assert [i for i in ids if "synth" in i and not i.endswith(("-thread", "-spare"))] == [
         "native-synth1", "native-synth3", "native-synth5", "native-synth8",
         "py-synth1", "py-synth3", "py-synth5", "py-synth8"]
+    assert [i for i in ids if i.endswith("-spare")] == [f"py-synth{n}-spare" for n in (1, 3, 5, 8)]
     assert "py-synth8-thread" in ids and "native-synth4" not in ids
     py5 = next(c for c in bench.conditions([5]) if c.id == "py-synth5")
     assert py5.args == ("--spec-synth-len", "5") and py5.drafter == "shipped"

@@ -341,3 +341,8 @@ def test_each_synthetic_length_has_its_patches_0012_twin():
     plain, spare = conds["py-synth5"], conds["py-synth5-spare"]
     assert (spare.args, spare.drafter, spare.server) == (plain.args, plain.drafter, plain.server)
     assert plain.env == () and spare.env == (("PYDFLASH_SPARE_SCHED", "1"),)
+    # a twin runs only where named: a pattern keeps meaning what it did, and a run without --only leaves them out
+    table = bench_http.conditions((1, 5))
+    assert [c.id for c in bench_http.select("py-synth*", "", table)] == ["py-synth1", "py-synth5", "py-synth8-thread"]
+    assert [c.id for c in bench_http.select("py-synth5,py-synth5-spare", "", table)] == ["py-synth5", "py-synth5-spare"]
+    assert not [c for c in bench_http.select("", "", table) if c.id.endswith("-spare")]
