@@ -368,7 +368,9 @@ def main(argv=None):
         ap.error("--keep-layers picks layers of --init's drafter")
     if args.copy_weight <= 0:
         ap.error("--copy-weight must be above 0")
-    if args.holdout_from and not any(args.holdout_from in d for d in args.data.split(",")):
+    folders = args.data.split(",")
+    named = [i for i, d in enumerate(folders) if args.holdout_from and args.holdout_from in d]  # --holdout-from's
+    if args.holdout_from and not named:
         ap.error(f"--holdout-from {args.holdout_from!r}: no folder of --data has it in its path")
     if not 0 <= args.distill_stored <= 1 or (args.distill_stored and args.distill_topk):
         ap.error("--distill-stored is a weight in [0, 1], and excludes --distill-topk (the port's teacher)")
@@ -394,10 +396,9 @@ def main(argv=None):
                                     args.gguf)
     log(f"dropped {int(drop.sum())} rows whose prompt holds an evaluation or benchmark prompt")
     hold_from = None
-    if args.holdout_from:  # the held-out check on the folders named, whole documents (split_documents)
-        named = [i for i, d in enumerate(args.data.split(",")) if args.holdout_from in d]
+    if named:  # the held-out check on the folders named, whole documents (split_documents)
         hold_from = np.isin(data["source"], named)
-        log(f"held-out rows from {len(named)} of {len(args.data.split(','))} folders, whole documents")
+        log(f"held-out rows from {len(named)} of {len(folders)} folders, whole documents")
     rows = Rows(data, args.max_len, args.holdout, args.seed, args.copy_weight, drop, hold_from)
     resp = int((data["lens"][rows.train] - data["prompt_len"][rows.train]).sum())
     log(f"rows: {len(rows.train)} train ({resp} response tokens), {len(rows.holdout)} held out")
