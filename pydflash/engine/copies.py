@@ -37,7 +37,9 @@ Copies also stand in for the drafter's blocks where the plan drafts only for slo
 (``CopyPolicy.first``): lookup.choose would verify their copies and only score the blocks, so the drafter's forward
 (1.0 of a 3.55 ms step at 1 slot on the H100) is skipped, and the copies are chosen here like any other. One such
 step in CHECK_EVERY still drafts, so that a slot whose blocks beat its copies (records whose next one differs) is
-found by its edge and drafts again. Not yet measured on a GPU (scripts/bench/copy_first.py).
+found by its edge and drafts again. Measured on an H100 (scripts/bench/copy_first.py, docs/results/2026-12-06-h100-f):
+1.20x / 1.17x the speed of drafting every planned block at 1 / 4 slots; at 8 the rounds spread more than the two
+differ.
 
 What copies earn is learned apart from the drafter's blocks: counted as the drafter's, copies made a useless drafter
 look useful (lookup.would_accept). A copy verified this way leaves the slot without drafter features for its
