@@ -202,7 +202,8 @@ use_build() {
     assemble_model
     mkdir -p .cache/models pydflash/models
     ln -sf $W/gemma.gguf .cache/models/gemma-3-270m-q4_k_m.gguf
-    [ -f pydflash/models/gemma-3-270m-dflash-q8_0.gguf ]  # the shipped drafter is tracked: it travels with the tree
+    [ -f pydflash/models/gemma-3-270m-dflash-q8_0.gguf ] \
+        || { echo "no pydflash/models/gemma-3-270m-dflash-q8_0.gguf: the shipped drafter travels with the tree"; exit 1; }
     export PYTHONPATH=$W/site:$PWD PYDFLASH_LIB_DIR=$W/llama.cpp/build/bin PYTHONUNBUFFERED=1
     # .git does not travel: pass PYDFLASH_TREE_COMMIT=<local HEAD at call time> in the command; commit.txt is only
     # the HEAD when g1 was packed
@@ -270,12 +271,15 @@ assemble_model() {
 # torch and our CUDA libllama in one process abort ("free(): invalid pointer", H200): the trainer needs no
 # llama.cpp, so pydflash's import must not load it. Bounded by a timeout so that the export always runs; the first
 # try, during the CUDA build's 16 compile jobs, ran past its call's limit and returned nothing.
+# The tree's own runs count only where their shards travelled: a tree whose data was moved aside for the call keeps
+# the empty folders on the device (2026-12-06: the trainer then read 58 folders without a shard)
+tree_has_data() { compgen -G "pydflash/train/gguf_data/*/*/shard-*.npz" > /dev/null; }
 committed_data() {  # the data runs staged by `part t1` (SLIM=1), unpacked once
-    if [ ! -d pydflash/train/gguf_data ] && [ -f $W/gguf_data.tar ] && [ ! -d $W/gguf_data ]; then
+    if ! tree_has_data && [ -f $W/gguf_data.tar ] && [ ! -d $W/gguf_data ]; then
         tar xf $W/gguf_data.tar -C $W
     fi
 }
-data_root() { [ -d pydflash/train/gguf_data ] && echo $PWD/pydflash/train/gguf_data || echo $W/gguf_data; }
+data_root() { tree_has_data && echo $PWD/pydflash/train/gguf_data || echo $W/gguf_data; }
 
 train_cmd() {  # SECONDS LAYERS, from a tree root; DATA / TRAIN_ARGS / INIT from the environment
     # INIT: the drafter to continue (default: the shipped one); INIT=none trains one from scratch (TRAIN_ARGS may
@@ -498,7 +502,7 @@ trainbg)
     rm -rf $W/trainsrc $W/train.rc && mkdir -p $W/trainsrc && cp -r pydflash $W/trainsrc/
     # the next call replaces this tree: the detached trainer runs from its own copy
     export PYTHONPATH=$W/site:$W/trainsrc PYTHONUNBUFFERED=1
-    declare -f train_cmd committed_data data_root > $W/train_fn.sh
+    declare -f train_cmd committed_data data_root tree_has_data > $W/train_fn.sh
     setsid nohup bash -c "cd $W/trainsrc && source $W/train_fn.sh && W=$W DATA='${DATA:-}' TRAIN_ARGS='${TRAIN_ARGS:-}' INIT='${INIT:-}' \
         train_cmd ${2:-450} ${3:-4} > $W/train_stdout.log 2>&1; echo \$? > $W/train.rc" > /dev/null 2>&1 &
     sleep 20; grep -v Warning $W/train_stdout.log | tail -5 || true ;;
