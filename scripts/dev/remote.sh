@@ -287,7 +287,10 @@ train_cmd() {  # SECONDS LAYERS, from a tree root; DATA / TRAIN_ARGS / INIT from
     # SLIM=1 packs the shipped safetensors and the committed data runs out of the tree (prepare_carry.sh: `part t0`,
     # `part t1` stage them in $W)
     local shipped=pydflash/models/gemma-3-270m-dflash.safetensors
-    [ -f $shipped ] || shipped=$W/gemma-3-270m-dflash.safetensors
+    if [ ! -f $shipped ]; then  # staged by `part t0`; its config is tracked and travels with the tree
+        shipped=$W/gemma-3-270m-dflash.safetensors
+        cp pydflash/models/gemma-3-270m-dflash.config.json $W/
+    fi
     local init="${INIT:-$shipped}" init_args=()
     if [ "$init" != none ]; then
         [ -f "$init" ] || { echo "no drafter $init (with SLIM=1, stage it: part t0): training starts from it"; return 1; }
