@@ -185,13 +185,21 @@ def py_synth_spare(n: int) -> Condition:
                      ("--spec-synth-len", str(n)), "shipped", (("PYDFLASH_SPARE_SCHED", "1"),))
 
 
+def synthetic(server: str, lens) -> list[Condition]:
+    """One server's synthetic-acceptance conditions at each L in lens: native's, or pydflash's each followed by its
+    patches/0012 twin (CONDITIONS and conditions() both lay them out so)."""
+    if server == "native":
+        return [native_synth(n) for n in lens]
+    return [f(n) for n in lens for f in (py_synth, py_synth_spare)]
+
+
 CONDITIONS = [
     Condition("native-plain", "native", "native plain"),
     Condition("native-bs", "native", "native plain -bs", ("-bs",)),
     Condition("native-dflash", "native", "native DFlash, shipped drafter, -bs", NATIVE_DFLASH, "shipped"),
-    *(native_synth(n) for n in (1, 4, 8)),
+    *synthetic("native", (1, 4, 8)),
     Condition("py-plain", "pydflash", "pydflash plain", ("--no-spec",)),
-    *(f(n) for n in (1, 4, 8) for f in (py_synth, py_synth_spare)),
+    *synthetic("pydflash", (1, 4, 8)),
     Condition("py-dflash", "pydflash", "pydflash, shipped drafter, adaptive", (), "shipped"),
     Condition("py-random", "pydflash", "pydflash, random drafter, adaptive", (), "random"),
     # CUDA loads each kernel at its first launch by default (lazy module loading): a batch shape that needs kernels
@@ -214,8 +222,7 @@ def conditions(synth_lens=(1, 4, 8)) -> list[Condition]:
     out = []
     for c in CONDITIONS:
         if c.id in ("native-synth1", "py-synth1"):  # where each server's synthetic conditions stand
-            out += [native_synth(n) for n in synth_lens] if c.server == "native" else \
-                [f(n) for n in synth_lens for f in (py_synth, py_synth_spare)]
+            out += synthetic(c.server, synth_lens)
         elif not SYNTH_ID.fullmatch(c.id):
             out.append(c)
     return out
