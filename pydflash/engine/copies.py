@@ -119,6 +119,7 @@ class CopyPolicy:
         self.costs = costs  # the engine's cost curves (adaptive.DraftPolicy.costs), shared
         self.prior = start_counts()  # the engine's evidence: every slot's copies, decayed
         self.first_steps = 0  # steps in which every drafting slot could copy instead (``first``)
+        self.why = ""  # what ``first`` last decided, by its first reason (the step trace records it)
 
     def first(self, drafting: list[tuple[SlotCopies, Edge, Optional[History], int]]) -> bool:
         """Whether the plan's drafting slots (each one's copy state, copy edge, history and K) all copy instead, with
@@ -127,10 +128,13 @@ class CopyPolicy:
         verify the copy anyway (lookup.choose), and its block would only score the edge; but every CHECK_EVERY-th
         such step drafts, so that the edges go on learning."""
         for mine, edge, history, k in drafting:
-            if mine.wait or edge.value < 0.0 or history is None or not history.continuation(k, LONG_MATCH)[0]:
+            self.why = ("wait" if mine.wait else "edge" if edge.value < 0.0 else "history" if history is None
+                        else "" if history.continuation(k, LONG_MATCH)[0] else "match")
+            if self.why:
                 return False
         self.first_steps += 1
-        return self.first_steps % CHECK_EVERY != 0
+        self.why = "copy" if self.first_steps % CHECK_EVERY else "check"
+        return self.why == "copy"
 
     @staticmethod
     def candidate(mine: SlotCopies, history: Optional[History], k_max: int) -> list[int]:

@@ -137,6 +137,7 @@ class Engine:
         # there, see server/engine_thread.py); None: nothing
         self.before_verify: Optional[Callable[[], None]] = None
         self.trace = StepTrace.from_env()  # PYDFLASH_STEP_TRACE: a JSON line per step (trace.py)
+        self.first_why = ""  # the last step's stand-in decision (_copy_first), for the trace
         self.warm_up_s = 0.0
         if config.warm_up if config.warm_up is not None else config.n_gpu_layers != 0:
             self.warm_up_s = warm_up(self.target_ctx, self.drafter.ctx if self.drafter else None, config.n_slots,
@@ -272,9 +273,15 @@ class Engine:
         (copies.CopyPolicy.first): the drafter's forward is skipped, and _copy_where_idle gives those slots their
         copies. Target features stay as scheduled, so the drafter's context has no gap when drafting resumes."""
         drafting = [(slot, k) for slot, k in plan if k]
-        if self.copies is None or not drafting or not self.drafting.regular:  # a probe or calibration measures
+        self.first_why = ""  # for the step trace: what kept the drafter's forward, or "copy" where copies stood in
+        if self.copies is None or not drafting:
             return plan
-        if not self.copies.first([(slot.copies, slot.copy_edge, slot.history, k) for slot, k in drafting]):
+        if not self.drafting.regular:  # a probe or calibration measures the drafter's block
+            self.first_why = "irregular"
+            return plan
+        stand_in = self.copies.first([(slot.copies, slot.copy_edge, slot.history, k) for slot, k in drafting])
+        self.first_why = self.copies.why
+        if not stand_in:
             return plan
         self.drafting.blocks_replaced()
         return [(slot, 0) for slot, _ in plan]
@@ -580,7 +587,8 @@ class Engine:
             self.trace.write(t=round(t0, 6), n=len(plan), prefilling=len(prefilling), ks=[k for _, k in plan],
                              copied=n_copied, features=self.target_ctx.features_on, s=round(total, 6),
                              split=[round(x, 6) for x in split], predicted=pol.predicted,
-                             overhead=round(pol.overhead_at(len(plan)), 3) if plan else None, pause=pol.pause)
+                             overhead=round(pol.overhead_at(len(plan)), 3) if plan else None, pause=pol.pause,
+                             first=self.first_why)
 
     def _observe_costs(self, plan: list[tuple[Slot, int]], total: float, n_copied: int = 0) -> None:
         """Teach adaptive drafting this decode step's measured cost: the drafter's part (its injection and block

@@ -57,7 +57,7 @@ def summarize(rows: list[dict], worst: int = 12) -> dict:
         out.append(g)
     costly = sorted(decode, key=lambda r: -r["s"])[:worst]
     return {"steps": len(rows), "decode_steps": len(decode), "groups": out, "by_n": by_n(out),
-            "draft_shapes": draft_shapes(decode), "time": timeline(rows),
+            "draft_shapes": draft_shapes(decode), "stand_in": stand_in(decode), "time": timeline(rows),
             "costliest": [{"n": r["n"], "ks": r["ks"], "features": r["features"], "ms": round(1e3 * r["s"], 2),
                            "split_ms": [round(1e3 * x, 2) for x in r["split"]]} for r in costly]}
 
@@ -83,6 +83,19 @@ def draft_shapes(decode: list[dict], warm: int = 2) -> list[dict]:
             if xs:
                 row[f"{name}_ms_median"] = round(1e3 * statistics.median(xs), 3)
         out.append(row)
+    return out
+
+
+def stand_in(decode: list[dict]) -> dict:
+    """Per slot count, the steps the policy drafted in by what the copy stand-in (engine/copies.py, CopyPolicy.first)
+    decided: ``copy`` (copies stood in for the drafter), ``check`` (the periodic drafting step), or what held it back
+    (``match``: no long match at a slot's text end, ``edge``: copies earning less than blocks, ``wait``: after a
+    refused copy, ``history``: none kept, ``irregular``: a probe or calibration). Traces from before the field: {}."""
+    out: dict[str, dict[str, int]] = {}
+    for r in decode:
+        if r.get("first"):
+            by = out.setdefault(str(r["n"]), {})
+            by[r["first"]] = by.get(r["first"], 0) + 1
     return out
 
 

@@ -29,7 +29,8 @@
 #                     Run a step that waits for the build first (profile): the build took ~5 min after `start` at
 #                     -j16 (the two builds at -j8 each will take longer; not yet measured), and an http call that
 #                     waits for it loses that from its 600 s (2026-12-02: cut after 8 clients)
-#   remote.sh fast1, fast2  (TRACE=1: each pydflash engine's step trace, summarised as trace_<name>_<pid>.json)
+#   remote.sh fast1, fast2  (TRACE=1: each pydflash engine's step trace, summarised as trace_<name>_<pid>.json, raw as
+#                     trace_raw_<name>_<pid>.jsonl.gz)
 #                     scripts/bench/http_vs_native.py --defaults (what a user gets: both servers with their default
 #                     flags, the fresh prompt set, interleaved rounds, 5 in fast1, 3 in fast2): fast1 the non-streamed recurring
 #                     workload at 1, 4, 8, 16 clients and the chat workload at 1, 4, 8; fast2 the streamed recurring
@@ -249,6 +250,7 @@ fast_bench() {  # NAME WORKLOADS [scripts/bench/http_vs_native.py args...]: the 
     for f in $( [ "${TRACE:-0}" = 1 ] && ls $W/trace_$1/tr.* 2>/dev/null); do
         python3 scripts/bench/trace_summary.py $f --out $OUT/trace_$1_$(basename $f | cut -d. -f2).json > /dev/null \
             || echo "trace_summary: $f failed"
+        gzip -c $f > $OUT/trace_raw_$1_$(basename $f | cut -d. -f2).jsonl.gz  # the steps themselves (~20 B a step)
     done
 }
 

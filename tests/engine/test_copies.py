@@ -186,13 +186,16 @@ def test_copies_stand_in_for_blocks_only_where_every_drafting_slot_would_copy():
     losing = Edge()
     losing.observe(0, 5)  # its copies earned less than its blocks lately
     policy = CopyPolicy(_costs(plain=2e-3, per_token=2e-5, up_to=64))
-    assert not policy.first([(SlotCopies(), Edge(), looping, 4), (SlotCopies(), Edge(), fresh, 4)])
-    assert not policy.first([(SlotCopies(), losing, looping, 4)])
-    assert not policy.first([(SlotCopies(wait=1), Edge(), looping, 4)])
+    # each refusal names its reason (the step trace records it: scripts/bench/trace_summary.py, stand_in)
+    held = [([(SlotCopies(), Edge(), looping, 4), (SlotCopies(), Edge(), fresh, 4)], "match"),
+            ([(SlotCopies(), losing, looping, 4)], "edge"), ([(SlotCopies(wait=1), Edge(), looping, 4)], "wait"),
+            ([(SlotCopies(), Edge(), None, 4)], "history")]
+    for drafting, why in held:
+        assert not policy.first(drafting) and policy.why == why
     assert policy.first_steps == 0
     # where all would: every CHECK_EVERY-th such step still drafts, so the edges keep learning
-    assert [policy.first([(SlotCopies(), Edge(), looping, 4)] * 2) for _ in range(2 * CHECK_EVERY)] == (
-        [True] * (CHECK_EVERY - 1) + [False]) * 2
+    decided = [(policy.first([(SlotCopies(), Edge(), looping, 4)] * 2), policy.why) for _ in range(2 * CHECK_EVERY)]
+    assert decided == ([(True, "copy")] * (CHECK_EVERY - 1) + [(False, "check")]) * 2
 
 
 def test_a_drafting_engine_skips_the_drafter_where_the_slots_loop(tiny, monkeypatch):
