@@ -22,7 +22,7 @@ import logging
 import random
 import time
 from collections import deque
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -253,7 +253,7 @@ class Engine:
         t_commit = time.perf_counter()
         events = [self._commit(s, drafts.get(s.seq, []), *verdicts[s.seq], others.get(s.seq),  # accept + commit
                                s.seq in copied) for s in running]
-        self._account(plan, prefilling, clock, time.perf_counter() - t_commit, sum(copied.values()))
+        self._account(plan, prefilling, clock, time.perf_counter() - t_commit, sum(copied.values()), events)
         return events
 
     def _propose(self, plan: list[tuple[Slot, int]], prefilling: list[Slot]) -> dict[int, list[int]]:
@@ -563,11 +563,12 @@ class Engine:
         return time.perf_counter(), dn, self.target_ctx.t_native
 
     def _account(self, plan: list[tuple[Slot, int]], prefilling: list[Slot], clock, t_commit: float,
-                 n_copied: int = 0) -> None:
+                 n_copied: int = 0, events: Sequence[Event] = ()) -> None:
         """Split the step: draft = drafter native time, verify = target forward, commit = accept/rollback/emit,
         host = the rest (batch building, feature copies, Python bookkeeping). A slot still prefilling counts the
         whole step as prefill time. Adaptive drafting learns its cost curves from the decode-only steps.
-        n_copied: verify tokens copied where the plan drafted nothing (copies.py)."""
+        n_copied: verify tokens copied where the plan drafted nothing (copies.py); events: the running slots'
+        (the trace records what each emitted, so that a step's worth shows beside its cost)."""
         t0, dn0, tn0 = clock
         now, dn1, tn1 = self._clock()
         total = now - t0
@@ -588,7 +589,7 @@ class Engine:
                              copied=n_copied, features=self.target_ctx.features_on, s=round(total, 6),
                              split=[round(x, 6) for x in split], predicted=pol.predicted,
                              overhead=round(pol.overhead_at(len(plan)), 3) if plan else None, pause=pol.pause,
-                             first=self.first_why)
+                             first=self.first_why, emitted=[len(e.tokens) for e in events])
 
     def _observe_costs(self, plan: list[tuple[Slot, int]], total: float, n_copied: int = 0) -> None:
         """Teach adaptive drafting this decode step's measured cost: the drafter's part (its injection and block

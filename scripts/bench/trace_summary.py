@@ -2,7 +2,8 @@
 """Summarise a step trace (PYDFLASH_STEP_TRACE, pydflash/engine/trace.py): per number of running slots and kind of
 step (``off``: plain without features, ``feat``: plain with features, ``draft``: some slot drafts, ``copy``: copies
 alone, engine/copies.py), the count and
-the step's seconds (median, mean, p90) with their split, for drafting steps the measured over the predicted seconds
+the step's seconds (median, mean, p90) with their split, the tokens the steps emitted and their cost a token
+(traces that record ``emitted``), for drafting steps the measured over the predicted seconds
 (``predicted`` is set for decided drafting steps, not for calibration or probes), per slot count the share of decode
 time that drafting cost beyond plain featureless steps and how many step shapes its drafting took (and what a
 shape's first runs cost against its later ones), where the wall time went, and the costliest steps.
@@ -50,6 +51,11 @@ def summarize(rows: list[dict], worst: int = 12) -> dict:
         if ratios:
             g["measured_over_predicted"] = {"steps": len(ratios), "median": round(statistics.median(ratios), 3),
                                             "mean": round(statistics.mean(ratios), 3)}
+        if all("emitted" in r for r in rs):  # what the steps were worth: tokens out, and their cost each
+            tokens = sum(sum(r["emitted"]) for r in rs)
+            g["tokens"] = tokens
+            if tokens:
+                g["ms_per_token"] = round(1e3 * g["seconds"] / tokens, 4)
         if k == "draft":
             g["mean_drafts_per_step"] = round(statistics.mean(sum(r["ks"]) for r in rs), 1)
         if k == "copy":

@@ -73,10 +73,10 @@
 #                     come back as selfgen.tar.NN, which unpacks at the repository root as
 #                     pydflash/train/gguf_data/<date>-selfgen/p$i; generate_selfgen_p$i.json: counts and next_skip.
 #                     SELFGEN_DATE names the folder (default: today on the device); SELFGEN_ARGS replaces the extra
-#                     flags (default --kv-streams: a KV stream per slot, so a 128-slot step attends over each slot's
-#                     own cells, 9.4 ms against 27.6 with the pooled KV on an idle H200; the runs up to 2026-12-06-e
-#                     pooled it and made ~1,200 response tokens/s a process, `gen` with streams ~3,200;
-#                     SELFGEN_ARGS= for the pooled KV)
+#                     flags (default: none, the pooled KV. --kv-streams, a KV stream per slot, steps faster on an idle
+#                     H200 (a 128-slot step 9.4 ms against 27.6 pooled) yet generated less: 695-724 response tokens/s
+#                     a process alone on an H100 (2026-12-06-h) against the pooled runs' 1,190-1,320 (2026-12-06-b,
+#                     -d, -e); `gen` with streams made ~3,200)
 #   remote.sh train [SECONDS] [LAYERS]  continue the shipped drafter (INIT=none: train one from scratch, shaped by
 #                     TRAIN_ARGS='--heads H --head-dim D') on $W/data (pydflash.train.trainer), export the
 #                     Q8_0 GGUF to $W/drafter; weights come back as model.safetensors.NN, logs in train_meta.tgz
@@ -486,7 +486,7 @@ selfgen)  # remote.sh selfgen [SECONDS] [SKIP] [SPAN] [NPROC] [SLOTS]
         mkdir -p $W/gguf_selfgen/$name/p$i
         python3 -m pydflash.train.selfgen --target $W/gemma.gguf --out $W/gguf_selfgen/$name/p$i --ngl -1 --threads 4 \
             --slots "${6:-128}" --seconds "$seconds" --skip $((skip + i * span)) --stop $((skip + (i + 1) * span)) \
-            ${SELFGEN_ARGS---kv-streams} > $W/selfgen$i.log 2>&1 &
+            ${SELFGEN_ARGS:-} > $W/selfgen$i.log 2>&1 &
     done
     wait || true
     for i in $(seq 0 $((nproc - 1))); do

@@ -664,6 +664,8 @@ def test_step_trace_writes_a_line_per_step(tiny, tmp_path, monkeypatch):
     assert len(decode) == res.stats.n_steps
     assert sum(any(x["ks"]) or x["copied"] > 0 for x in decode) == res.stats.n_draft_steps  # copies: copies.py
     assert all(x["s"] > 0 and len(x["split"]) == 4 for x in lines)
+    # every running slot's emitted tokens, step by step, add up to the request's output
+    assert sum(sum(x["emitted"]) for x in lines) == len(res.tokens)
     monkeypatch.syspath_prepend(str(pathlib.Path(__file__).resolve().parents[2] / "scripts" / "bench"))
     from trace_summary import summarize
 
@@ -681,6 +683,7 @@ def test_step_trace_writes_a_line_per_step(tiny, tmp_path, monkeypatch):
     planned = [x for x in decode if not x["prefilling"] and x["first"]]
     assert all(x["first"] in {"copy", "check", "match", "edge", "wait", "history", "irregular"} for x in planned)
     assert sum(sum(by.values()) for by in summary["stand_in"].values()) == len(planned) > 0
+    assert sum(g["tokens"] for g in summary["groups"]) == sum(sum(x["emitted"]) for x in decode if not x["prefilling"])
 
 
 def test_trace_summary_counts_drafting_shapes_and_their_first_runs(monkeypatch):
