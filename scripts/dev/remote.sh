@@ -250,7 +250,7 @@ fast_bench() {  # NAME WORKLOADS [scripts/bench/http_vs_native.py args...]: the 
     for f in $( [ "${TRACE:-0}" = 1 ] && ls $W/trace_$1/tr.* 2>/dev/null); do
         python3 scripts/bench/trace_summary.py $f --out $OUT/trace_$1_$(basename $f | cut -d. -f2).json > /dev/null \
             || echo "trace_summary: $f failed"
-        gzip -c $f > $OUT/trace_raw_$1_$(basename $f | cut -d. -f2).jsonl.gz  # the steps themselves (~20 B a step)
+        gzip -c $f > $OUT/trace_raw_$1_$(basename $f | cut -d. -f2).jsonl.gz  # the steps themselves (~25 B a step gzipped, 2026-12-06)
     done
 }
 
