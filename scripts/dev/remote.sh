@@ -112,6 +112,7 @@
 #                     only (no Gemma parts). SCALE_QUANT=Q8_0 benchmarks the Q8_0 target instead. JSON as
 #                     scale4b_{a,b}_<quant>.json (render locally: http_vs_native.py --render both); extra args go to
 #                     http_vs_native.py and win (e.g. --only 'native-synth*' --clients 4,16 to finish a cut chunk).
+#                     TRACE=1 returns each pydflash engine's step trace as fast1 does (trace_<a|b>_<quant>_<pid>.json).
 #                     Time, measured on an H100 (2026-12-06, docs/results/2026-12-06-h100-scale4b): the F16 files
 #                     126 s beside the builds (both at -j8, ~10 min); after them, quantizing and the benchmark's 4
 #                     servers x 4 levels x 3 rounds (~290 s) fit the first scale4b-a call (492 s in all). With
@@ -237,16 +238,21 @@ fast_bench() {  # NAME WORKLOADS [scripts/bench/http_vs_native.py args...]: the 
     local left=$((${CALL_S:-600} - 25 - SECONDS))  # CALL_S: the call's own limit where less than 600 s is left
     echo "$1: ${left} s left for the benchmark"
     [ $left -ge 120 ] || { echo "$1: the builds took the call: run $1 again"; exit 1; }
-    if [ "${TRACE:-0}" = 1 ]; then  # TRACE=1: every pydflash engine's step trace (PATH.<pid>), summarised below
-        rm -rf $W/trace_$1 && mkdir -p $W/trace_$1 && export PYDFLASH_STEP_TRACE=$W/trace_$1/tr
-        left=$((left - 20))  # the summaries
-    fi
+    if [ "${TRACE:-0}" = 1 ]; then trace_begin $1; left=$((left - 20)); fi  # 20 s for the summaries
     # SIGTERM at the bound (the run then writes what it measured, marked partial), SIGKILL 20 s later
     timeout -k 20 $((left - 20)) python3 scripts/bench/http_vs_native.py --defaults --ngl -1 "${native[@]}" \
         --workloads "$2" --rounds 3 --out-dir $OUT --stem "$1" --no-render --log-dir $OUT/logs_$1 "${@:3}" || echo "$1: exit $?"
     tar czf $OUT/logs_$1.tgz -C $OUT logs_$1 && rm -rf $OUT/logs_$1
-    # one summary per engine process; which server it was shows in it (a plain server has no drafting or feature
-    # steps), so trace two servers at a time (--only py-plain,py-dflash)
+    trace_end $1
+}
+
+trace_begin() {  # NAME, under TRACE=1: every pydflash engine started from here on writes its step trace (PATH.<pid>)
+    rm -rf $W/trace_$1 && mkdir -p $W/trace_$1 && export PYDFLASH_STEP_TRACE=$W/trace_$1/tr
+}
+
+trace_end() {  # NAME: one summary per engine process; which server it was shows in it (a plain server has no
+    # drafting or feature steps, a synthetic one gives its acceptance), so trace two servers at a time
+    # (--only py-plain,py-dflash) where their kinds alone do not tell them apart
     for f in $( [ "${TRACE:-0}" = 1 ] && ls $W/trace_$1/tr.* 2>/dev/null); do
         python3 scripts/bench/trace_summary.py $f --out $OUT/trace_$1_$(basename $f | cut -d. -f2).json > /dev/null \
             || echo "trace_summary: $f failed"
@@ -653,6 +659,7 @@ scale4b-a|scale4b-b)  # remote.sh scale4b-a|scale4b-b [scripts/bench/http_vs_nat
     left=$((575 - SECONDS))
     echo "$1: ${left} s left for the benchmark"
     [ $left -ge 240 ] || { echo "$1: the builds and the models took the call: run $1 again"; exit 0; }
+    [ "${TRACE:-0}" = 1 ] && { trace_begin $tag; left=$((left - 20)); }  # TRACE=1 as for fast1
     only="native-bs,py-plain,py-synth5,py-random"
     [ $1 = scale4b-b ] && only="py-synth1,py-synth3,py-synth8,native-synth*"
     # SIGINT, not TERM: the script's finally blocks stop the servers it started (each in a session of its own)
@@ -662,7 +669,8 @@ scale4b-a|scale4b-b)  # remote.sh scale4b-a|scale4b-b [scripts/bench/http_vs_nat
         --prompt-vocab 151936 --target-set scale4b --tokens 128 --rounds 3 --only "$only" \
         --model-label "random-weight Qwen3-4B-shaped $quant target; Qwen3-4B-DFlash-b16-shaped drafter (Q8_0, fc F16), pydflash.factory.scale" \
         --out-dir $OUT --stem scale4b_$tag --no-render --log-dir $OUT/logs_$tag "${@:2}" || echo "$1: exit $?"
-    tar czf $OUT/logs_$tag.tgz -C $OUT logs_$tag && rm -rf $OUT/logs_$tag ;;
+    tar czf $OUT/logs_$tag.tgz -C $OUT logs_$tag && rm -rf $OUT/logs_$tag
+    trace_end $tag ;;
 scaleout)  # remote.sh scaleout replicas|split [scripts/bench/scale_out.py args...]
     part=${2:-}
     [ "$part" = replicas ] || [ "$part" = split ] || { echo "scaleout: replicas or split"; exit 1; }
