@@ -33,7 +33,11 @@ the conditions its targets need):
   system prompt, a session line (new each round), the transcript so far and the new user turn as one Gemma-format
   text prompt (``temperature`` 0, ``max_tokens`` --chat-tokens, ``stop`` at the turn markers), and the reply is
   appended to the transcript. tok/s and the round's wall time;
-- ``recur-cp0`` (secondary, not in the default list): ``recur`` with ``cache_prompt: false`` in every body.
+- ``recur-cp0`` (secondary, not in the default list): ``recur`` with ``cache_prompt: false`` in every body;
+- ``evalset`` (not in the default list): the drafter's frozen evaluation set (pydflash/train/eval_fresh_v1.jsonl,
+  108 prompts: code, prose, chat turns in Gemma's format, repetition), walked as ``recur`` walks its set,
+  non-streamed, pydflash plain and the shipped pair only: the drafter's speed-up through the server on prompts no
+  training path reads.
 
 The report (markdown) opens with the targets: shipped pair >= 1.5x native -bs at every level, non-streamed and
 streamed; cache on >= 0.97x cache off on ``noreuse``; cache on >= 1.3x cache off on ``chat`` at 8 clients; shipped
@@ -291,6 +295,7 @@ class Workload:
     stream: bool = False
     conds: tuple[str, ...] = ("*",)  # fnmatch patterns: the conditions that run it (the others would add no target)
     body: tuple[tuple[str, object], ...] = ()  # body fields on top of the defaults' (none: each server's default)
+    prompts: str = "fresh"  # the prompt set walked: "fresh" (prompts_fresh_v1.jsonl) or "evalset" (eval_fresh_v1)
 
 
 WORKLOADS = [
@@ -303,6 +308,8 @@ WORKLOADS = [
     # secondary, not in the default list: the requests ask for no prompt cache (the llama-server field)
     Workload("recur-cp0", "fresh prompts, recurring, non-streamed, requests with cache_prompt: false", "recur",
              conds=("native-bs", "py-plain", "py-dflash"), body=(("cache_prompt", False),)),
+    Workload("evalset", "the drafter's frozen evaluation set, recurring, non-streamed", "recur",
+             conds=("py-plain", "py-dflash"), prompts="evalset"),
 ]
 DEFAULT_WORKLOADS = "recur,recur-stream,noreuse,chat"
 
@@ -318,6 +325,9 @@ DEFAULT_TARGETS = [
     ("shipped pair vs pydflash plain, streamed", "recur-stream", "py-dflash", None, "py-plain", ">=", 1.0),
     ("random drafter vs plain, non-streamed", "recur", "py-random", None, "py-plain", ">=", 0.97),
     ("random drafter vs plain, streamed", "recur-stream", "py-random", None, "py-plain", ">=", 0.97),
+    # the drafter's own targets through the server, on its evaluation set
+    ("shipped pair vs pydflash plain, drafter's evaluation set, c1", "evalset", "py-dflash", 1, "py-plain", ">=", 1.3),
+    ("shipped pair vs pydflash plain, drafter's evaluation set, c8", "evalset", "py-dflash", 8, "py-plain", ">=", 1.1),
 ]
 
 
@@ -335,6 +345,13 @@ def fresh_prompts() -> list[str]:
 
 def fresh_chat() -> dict:
     return json.loads(frozen_text(FRESH_CHAT))
+
+
+def evalset_prompts() -> list[str]:
+    """The drafter's frozen evaluation set as text (its loader checks the file's sha256); the server parses the
+    chat prompts' turn markers into their special tokens, as the evaluation's own tokenizing does."""
+    from pydflash.train import eval_fresh
+    return [p["text"] for p in eval_fresh.load()]
 
 
 def walk_index(n: int, clients: int, client: int, k: int) -> int:
@@ -804,7 +821,7 @@ def run_workload(wl: Workload, servers: dict[str, Server], inputs: dict, a: argp
     rec = report["workloads"].setdefault(wl.id, workload_record(wl, a))
     for c in a.chat_clients if wl.kind == "chat" else a.clients:
         play = (chat_player(inputs["chat"], c, a) if wl.kind == "chat"
-                else recur_player(wl, inputs["prompts"], c, a))
+                else recur_player(wl, inputs["prompts"][wl.prompts], c, a))
         print(f"bench_http: {wl.id} c{c}: {', '.join(bases)}", file=sys.stderr, flush=True)
         rounds, errors = asyncio.run(interleave(bases, c, a, play))
         for cid in bases:
@@ -818,7 +835,7 @@ def run_defaults(conds: list[Condition], workloads: list[Workload], a: argparse.
                  drafters: dict[str, str], llama_server: str, log_dir: pathlib.Path, report: dict) -> None:
     """Every condition's server up at once, then each workload's levels with rounds interleaved across the servers
     that run it (as run_interleaved)."""
-    inputs = {"prompts": fresh_prompts(), "chat": fresh_chat()}
+    inputs = {"prompts": {"fresh": fresh_prompts(), "evalset": evalset_prompts()}, "chat": fresh_chat()}
     servers: dict[str, Server] = {}
     t0 = time.perf_counter()
     try:
@@ -1532,6 +1549,9 @@ def defaults_report(a: argparse.Namespace, argv, target: str, drafters: dict[str
     for key, path, count in (("prompts", FRESH_PROMPTS, len(fresh_prompts())),
                              ("conversations", FRESH_CHAT, len(fresh_chat()["conversations"]))):
         inputs[key] = {"file": str(path.relative_to(REPO)), "sha256": FROZEN_SHA256[path.name], "count": count}
+    from pydflash.train import eval_fresh
+    inputs["evalset"] = {"file": str(eval_fresh.PATH.relative_to(REPO)), "sha256": eval_fresh.SHA256,
+                         "count": len(evalset_prompts())}
     levels = a.clients + [c for c in a.chat_clients if c not in a.clients]
     return {
         "mode": "defaults", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine(),

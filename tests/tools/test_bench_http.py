@@ -223,6 +223,18 @@ def test_a_workload_adds_only_its_own_fields():
     assert stream["stream"] is True and "cache_prompt" not in stream
 
 
+def test_the_evalset_workload_walks_the_drafters_frozen_set_for_plain_and_the_pair_only():
+    from pydflash.train import eval_fresh
+    wl = {w.id: w for w in bench_http.WORKLOADS}["evalset"]
+    texts = bench_http.evalset_prompts()
+    assert texts == [p["text"] for p in eval_fresh.load()] and len(texts) == 108
+    assert [bench_http.runs_workload(wl, c) for c in ("py-plain", "py-dflash", "native-bs", "py-random")] == \
+        [True, True, False, False]
+    assert wl.id not in bench_http.DEFAULT_WORKLOADS.split(",")  # asked for by name: not in the defaults table
+    rows = [t for t in bench_http.DEFAULT_TARGETS if t[1] == "evalset"]
+    assert [(t[3], t[6]) for t in rows] == [(1, 1.3), (8, 1.1)]
+
+
 def test_no_reuse_prompts_are_never_sent_twice_and_part_from_the_first_word():
     wl = {w.id: w for w in bench_http.WORKLOADS}["noreuse"]
     prompts = ["same prompt"] * 3
