@@ -19,6 +19,9 @@ memory: 20 M tokens of features would take 128 GB.
 - ``--copy-weight W`` draws copying rows (half or more of the response continues 8-grams of the prompt:
   ``copying.py``) W times as often as others of their length: the drafter does not copy text seen once
   (docs/drafter.md). 1 (the default) samples as before.
+- ``--source-weight PATTERN=W`` draws the rows of the data folders whose path contains PATTERN W times as often as
+  others of their length: the self-generated runs' prompts are the target's own sampled text, a user's are
+  written by people (the corpus runs' prompts), and this sets how much each kind weighs.
 - Rows whose prompt holds an evaluation or benchmark prompt are dropped (``holdout.py``).
 - A slice of the rows (``--holdout``) is never trained on; the simulated greedy tau on it is logged for the
   starting weights and the result, per kind.
@@ -87,13 +90,16 @@ class Rows:
     """The ragged rows of a data folder, split into train / holdout, bucketed by length.
 
     ``copy_weight`` W: a copying row (a COPY_ROW_SHARE or more of its response copies its prompt) is drawn W times as
-    often as another row of its length. The copying rows then get a length order of their own, and a batch comes
-    from one order or the other: weighting only the pick around which a window is cut would draw the pick's plain
-    neighbours as often, and copying rows would gain only where they happen to cluster. W = 1 keeps the one order
-    of all rows, the sampler of every earlier run, draw for draw."""
+    often as another row of its length. ``source_weight`` (one weight per row, from its folder: ``--source-weight``)
+    multiplies in. Rows of one weight then get a length order of their own, and a batch comes from one order, picked
+    in proportion to its rows' total weight: weighting only the pick around which a window is cut would draw the
+    pick's neighbours of other weights as often, and weighted rows would gain only where they happen to cluster.
+    Every weight 1 keeps the one order of all rows, the sampler of every earlier run, draw for draw; the copy weight
+    alone keeps the sampler of the runs that used it."""
 
     def __init__(self, data: dict, max_len: int, holdout: float, seed: int, copy_weight: float = 1.0,
-                 drop: np.ndarray | None = None, hold_from: np.ndarray | None = None):
+                 drop: np.ndarray | None = None, hold_from: np.ndarray | None = None,
+                 source_weight: np.ndarray | None = None):
         resp = data["lens"] - data["prompt_len"]
         ok = (resp >= 3) & (data["prompt_len"] + 2 < max_len)
         if drop is not None:  # rows whose prompt holds an evaluation or benchmark prompt (holdout.py)
@@ -113,13 +119,24 @@ class Rows:
         self.resp_lens = lens - data["prompt_len"][self.train]
         self.copy_share = copy_shares(data["tokens"], data["starts"][self.train], lens, data["prompt_len"][self.train])
         copying = self.copy_share >= COPY_ROW_SHARE
-        self.copying = Bucket(self.train[copying], lens[copying])
-        self.plain = Bucket(self.train[~copying], lens[~copying])
         self.copy_weight = copy_weight
-        # the share of draws that go to copying rows, each worth W plain rows; with W != 1 also the chance that a
-        # batch comes from their order (an empty order: never)
-        mass = copy_weight * int(copying.sum())
-        self.p_copy = mass / (mass + int((~copying).sum())) if mass else 0.0
+        src = np.ones(len(self.train)) if source_weight is None else np.asarray(source_weight, float)[self.train]
+        self.weight = np.where(copying, copy_weight, 1.0) * src  # each training row's draw weight
+        # one length order per (copying, weight) group, copying groups first (with the copy weight alone: the
+        # copying and the plain order, as before); the chance that a batch comes from a group is its share of the
+        # total weight, which is also the share of draws that go to its rows
+        self.groups: list[tuple[Bucket, np.ndarray]] = []
+        mass = []
+        for is_copy in (True, False):
+            for w in sorted(set(self.weight[copying == is_copy].tolist()), reverse=True):
+                sel = (copying == is_copy) & (self.weight == w)
+                self.groups.append((Bucket(self.train[sel], lens[sel]), sel))
+                mass.append(w * int(sel.sum()))
+        total = sum(mass)
+        self.p_group = np.cumsum(mass) / total if total else np.ones(len(mass))
+        self.uniform = bool(np.all(self.weight == 1.0))
+        self.p_copy = sum(m for m, (_, sel) in zip(mass, self.groups) if (sel & copying).any()) / total if total \
+            else 0.0
 
     def row(self, i: int) -> tuple[np.ndarray, int]:
         s, n = int(self.data["starts"][i]), int(min(self.data["lens"][i], self.max_len))
@@ -127,10 +144,15 @@ class Rows:
 
     def batch(self, rng: np.random.Generator, token_budget: int, max_rows: int) -> list[int]:
         """Rows of similar length around a random pick: as many as fit the token budget."""
-        if self.copy_weight == 1.0:
+        if self.uniform:
             return self.all.batch(rng, token_budget, max_rows)
-        bucket = self.copying if rng.random() < self.p_copy else self.plain
-        return bucket.batch(rng, token_budget, max_rows)
+        g = min(int(np.searchsorted(self.p_group, rng.random(), side="right")), len(self.groups) - 1)
+        return self.groups[g][0].batch(rng, token_budget, max_rows)
+
+    def draw_share(self, rows: np.ndarray) -> float:
+        """The share of row draws that go to ``rows`` (a mask over the training rows)."""
+        total = float(self.weight.sum())
+        return float(self.weight[rows].sum()) / total if total else 0.0
 
     def copy_stats(self) -> dict:
         """How much of the training data copies its prompt, and how often copying rows are drawn."""
@@ -150,6 +172,24 @@ def pad(rows: list[tuple[np.ndarray, int]], device) -> tuple[torch.Tensor, torch
     lens = torch.tensor([len(t) for t, _ in rows], device=device)
     starts = torch.tensor([p for _, p in rows], device=device)
     return torch.from_numpy(tok).to(device), lens, starts
+
+
+def source_weights(spec: str, folders: list[str]) -> list[float]:
+    """Each folder's draw weight from ``--source-weight PATTERN=W,...``: the first pattern its path contains, else 1.
+    A pattern that names no folder, or a weight that is not above 0, is an error (a typo would train unweighted)."""
+    pairs = []
+    for item in filter(None, (x.strip() for x in spec.split(","))):
+        pattern, eq, w = item.rpartition("=")
+        try:
+            weight = float(w)
+        except ValueError:
+            weight = -1.0
+        if not eq or not pattern or not weight > 0:
+            raise ValueError(f"{item!r} is not PATTERN=W with W above 0")
+        if not any(pattern in f for f in folders):
+            raise ValueError(f"{pattern!r} is in no --data folder's path")
+        pairs.append((pattern, weight))
+    return [next((w for p, w in pairs if p in f), 1.0) for f in folders]
 
 
 def init_files(path: str) -> tuple[str, str]:
@@ -350,6 +390,10 @@ def main(argv=None):
     ap.add_argument("--copy-weight", type=float, default=1.0,
                     help=f"draw copying rows ({COPY_ROW_SHARE * 100:.0f}%%+ of the response continues "
                          f"{COPY_NGRAM}-grams of the prompt) this many times as often as others (1: uniform)")
+    ap.add_argument("--source-weight", default="",
+                    help="PATTERN=W[,PATTERN=W...]: draw the rows of every --data folder whose path contains PATTERN "
+                         "W times as often as others of their length (the first pattern that matches; e.g. "
+                         "selfgen=0.5 draws the human-written prompts' runs twice as often as the self-generated)")
     ap.add_argument("--max-len", type=int, default=1280)
     ap.add_argument("--holdout", type=float, default=0.02)
     ap.add_argument("--holdout-from", default="",
@@ -369,6 +413,10 @@ def main(argv=None):
     if args.copy_weight <= 0:
         ap.error("--copy-weight must be above 0")
     folders = args.data.split(",")
+    try:
+        folder_weight = source_weights(args.source_weight, folders)
+    except ValueError as e:
+        ap.error(f"--source-weight: {e}")
     named = [i for i, d in enumerate(folders) if args.holdout_from and args.holdout_from in d]  # --holdout-from's
     if args.holdout_from and not named:
         ap.error(f"--holdout-from {args.holdout_from!r}: no folder of --data has it in its path")
@@ -399,7 +447,8 @@ def main(argv=None):
     if named:  # the held-out check on the folders named, whole documents (split_documents)
         hold_from = np.isin(data["source"], named)
         log(f"held-out rows from {len(named)} of {len(folders)} folders, whole documents")
-    rows = Rows(data, args.max_len, args.holdout, args.seed, args.copy_weight, drop, hold_from)
+    rows = Rows(data, args.max_len, args.holdout, args.seed, args.copy_weight, drop, hold_from,
+                np.asarray(folder_weight)[data["source"]])
     resp = int((data["lens"][rows.train] - data["prompt_len"][rows.train]).sum())
     log(f"rows: {len(rows.train)} train ({resp} response tokens), {len(rows.holdout)} held out")
     copy = rows.copy_stats()
@@ -407,6 +456,11 @@ def main(argv=None):
         f"{copy['copy_rows']} ({copy['copy_row_share']:.1%} of rows, {copy['copy_row_response_token_share']:.1%} "
         f"of response tokens); {copy['copied_token_share']:.1%} of all response tokens copy; "
         f"--copy-weight {args.copy_weight:g}: ~{copy['copy_draw_share']:.1%} of row draws go to copying rows")
+    if args.source_weight:
+        src = data["source"][rows.train]
+        for n, folder in enumerate(folders):
+            log(f"--source-weight: {folder} weight {folder_weight[n]:g}, {int((src == n).sum())} rows, "
+                f"~{rows.draw_share(src == n):.1%} of row draws")
 
     if args.init:
         keep = [int(x) for x in args.keep_layers.split(",")] if args.keep_layers else None

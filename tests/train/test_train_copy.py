@@ -132,3 +132,34 @@ def test_copy_weight_must_be_positive():
     with pytest.raises(SystemExit) as e:
         main(["--gguf", "x.gguf", "--data", "d", "--out", "o", "--copy-weight", "0"])
     assert e.value.code == 2
+
+
+def test_a_source_weight_draws_its_folders_rows_that_many_times_as_often(mixed):
+    # the fixture's rows split into two "folders" by parity; folder 1 weighs 3, and the copy weight 2 multiplies in
+    source = np.arange(len(mixed["lens"])) % 2
+    rows = Rows(mixed, max_len=1280, holdout=0.0, seed=0, copy_weight=2.0, source_weight=np.where(source, 3.0, 1.0))
+    assert len(rows.groups) == 4  # (copying, plain) x (weight 3, weight 1)
+    count = draws_per_row(rows, seed=4, n_batches=8000)
+    copying = rows.copy_share >= COPY_ROW_SHARE
+    mean = {(c, s): count[rows.train[(copying == c) & (source[rows.train] == s)]].mean()
+            for c in (True, False) for s in (0, 1)}
+    for c in (True, False):
+        assert 2.6 < mean[(c, 1)] / mean[(c, 0)] < 3.4
+    for s in (0, 1):
+        assert 1.7 < mean[(True, s)] / mean[(False, s)] < 2.3
+    w = np.where(copying, 2.0, 1.0) * np.where(source[rows.train], 3.0, 1.0)
+    assert rows.draw_share(source[rows.train] == 1) == pytest.approx(w[source[rows.train] == 1].sum() / w.sum())
+
+
+def test_source_weights_name_a_folder_and_a_positive_weight():
+    from pydflash.train.trainer import source_weights
+    folders = ["gguf_data/2026-12-01/c0", "gguf_data/2026-12-06-h-selfgen/p0", "gguf_data/2026-12-06-g-selfgen/p1"]
+    assert source_weights("", folders) == [1.0, 1.0, 1.0]
+    assert source_weights("selfgen=0.5", folders) == [1.0, 0.5, 0.5]
+    assert source_weights("h-selfgen=2,selfgen=0.5", folders) == [1.0, 2.0, 0.5]  # the first pattern that matches
+    for bad in ("selfgen", "selfgen=0", "selfgen=x", "=2", "nowhere=2"):
+        with pytest.raises(ValueError):
+            source_weights(bad, folders)
+    with pytest.raises(SystemExit) as e:
+        main(["--gguf", "x.gguf", "--data", ",".join(folders), "--out", "o", "--source-weight", "nowhere=2"])
+    assert e.value.code == 2
