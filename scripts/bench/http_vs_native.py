@@ -35,9 +35,9 @@ the conditions its targets need):
   appended to the transcript. tok/s and the round's wall time;
 - ``recur-cp0`` (secondary, not in the default list): ``recur`` with ``cache_prompt: false`` in every body;
 - ``evalset`` (not in the default list): the drafter's frozen evaluation set (pydflash/train/eval_fresh_v1.jsonl,
-  108 prompts: code, prose, chat turns in Gemma's format, repetition), walked as ``recur`` walks its set,
-  non-streamed, pydflash plain and the shipped pair only: the drafter's speed-up through the server on prompts no
-  training path reads.
+  108 prompts: code, prose, chat turns in Gemma's format, repetition; each kind spread evenly over the order
+  walked, since the file holds them kind after kind), walked as ``recur`` walks its set, non-streamed, pydflash
+  plain and the shipped pair only: the drafter's speed-up through the server on prompts no training path reads.
 
 The report (markdown) opens with the targets: shipped pair >= 1.5x native -bs at every level, non-streamed and
 streamed; cache on >= 0.97x cache off on ``noreuse``; cache on >= 1.3x cache off on ``chat`` at 8 clients; shipped
@@ -349,9 +349,19 @@ def fresh_chat() -> dict:
 
 def evalset_prompts() -> list[str]:
     """The drafter's frozen evaluation set as text (its loader checks the file's sha256); the server parses the
-    chat prompts' turn markers into their special tokens, as the evaluation's own tokenizing does."""
+    chat prompts' turn markers into their special tokens, as the evaluation's own tokenizing does. The file holds
+    its kinds one after another, so a run that walks part of it would see one or two kinds: each kind is spread
+    evenly over the walk instead (a prompt's place is its rank within its kind over the kind's size; file order
+    breaks ties), so any stretch of it holds every kind in its share of the set."""
     from pydflash.train import eval_fresh
-    return [p["text"] for p in eval_fresh.load()]
+    prompts = eval_fresh.load()
+    size = {k: sum(p["kind"] == k for p in prompts) for k in {p["kind"] for p in prompts}}
+    rank: dict[str, int] = {}
+    place = []
+    for i, p in enumerate(prompts):
+        r = rank[p["kind"]] = rank.get(p["kind"], -1) + 1
+        place.append(((r + 0.5) / size[p["kind"]], i))
+    return [prompts[i]["text"] for _, i in sorted(place)]
 
 
 def walk_index(n: int, clients: int, client: int, k: int) -> int:

@@ -227,7 +227,15 @@ def test_the_evalset_workload_walks_the_drafters_frozen_set_for_plain_and_the_pa
     from pydflash.train import eval_fresh
     wl = {w.id: w for w in bench_http.WORKLOADS}["evalset"]
     texts = bench_http.evalset_prompts()
-    assert texts == [p["text"] for p in eval_fresh.load()] and len(texts) == 108
+    prompts = eval_fresh.load()
+    assert sorted(texts) == sorted(p["text"] for p in prompts) and len(set(texts)) == 108
+    # every kind in its share of any stretch of the walk (the file holds them kind after kind): in 27 consecutive
+    # prompts (a quarter of the set) each kind within 2 of a quarter of its size
+    kind = {p["text"]: p["kind"] for p in prompts}
+    size = {k: sum(p["kind"] == k for p in prompts) for k in ("chat", "code", "prose", "repetition")}
+    for start in range(0, 108 - 27):
+        stretch = [kind[t] for t in texts[start:start + 27]]
+        assert all(abs(stretch.count(k) - n / 4) <= 2 for k, n in size.items()), (start, stretch)
     assert [bench_http.runs_workload(wl, c) for c in ("py-plain", "py-dflash", "native-bs", "py-random")] == \
         [True, True, False, False]
     assert wl.id not in bench_http.DEFAULT_WORKLOADS.split(",")  # asked for by name: not in the defaults table
