@@ -171,7 +171,7 @@
 # answer before the staging batch: a refused first call makes every later call of the batch a refusal too, each at
 # 15 s of device time (2026-12-06, tenth session: ten calls sent together, ~200 s lost; two later tries ~90 s each).
 # 2026-12-07 (fourteenth session): ten throwaway calls from 00:11 to 01:55 UTC, 5-20 minutes apart, got no machine
-# (15, 90 or 180 s each, every one from the fifth on 180 s): 1,546 s of the session's 1,800 went on refusals. Once
+# (15, 90 or 180 s each, every one from the fifth on 180 s; an eleventh with 254 s left: 90 s): 1,636 s of 1,800. Once
 # refusals repeat, a session cannot count on its device time; do the CPU work first and try at long intervals.
 # What a whole issue-13 run costs (2026-12-02, docs/results/2026-12-02-h200-g, 1,800 s in all): setup ~60 s; `hooks` 362 s
 # (it waits for the build); `http` with py-plain,py-synth8,native-bs,py-random,py-dflash at 1,4,8,16 x 5 rounds
