@@ -125,18 +125,16 @@ class Rows:
         # one length order per (copying, weight) group, copying groups first (with the copy weight alone: the
         # copying and the plain order, as before); the chance that a batch comes from a group is its share of the
         # total weight, which is also the share of draws that go to its rows
-        self.groups: list[tuple[Bucket, np.ndarray]] = []
+        self.groups: list[Bucket] = []
         mass = []
         for is_copy in (True, False):
             for w in sorted(set(self.weight[copying == is_copy].tolist()), reverse=True):
                 sel = (copying == is_copy) & (self.weight == w)
-                self.groups.append((Bucket(self.train[sel], lens[sel]), sel))
+                self.groups.append(Bucket(self.train[sel], lens[sel]))
                 mass.append(w * int(sel.sum()))
         total = sum(mass)
         self.p_group = np.cumsum(mass) / total if total else np.ones(len(mass))
         self.uniform = bool(np.all(self.weight == 1.0))
-        self.p_copy = sum(m for m, (_, sel) in zip(mass, self.groups) if (sel & copying).any()) / total if total \
-            else 0.0
 
     def row(self, i: int) -> tuple[np.ndarray, int]:
         s, n = int(self.data["starts"][i]), int(min(self.data["lens"][i], self.max_len))
@@ -147,7 +145,7 @@ class Rows:
         if self.uniform:
             return self.all.batch(rng, token_budget, max_rows)
         g = min(int(np.searchsorted(self.p_group, rng.random(), side="right")), len(self.groups) - 1)
-        return self.groups[g][0].batch(rng, token_budget, max_rows)
+        return self.groups[g].batch(rng, token_budget, max_rows)
 
     def draw_share(self, rows: np.ndarray) -> float:
         """The share of row draws that go to ``rows`` (a mask over the training rows)."""
@@ -161,7 +159,7 @@ class Rows:
         return {"copy_rows": int(copying.sum()), "copy_row_share": round(int(copying.sum()) / max(len(copying), 1), 4),
                 "copy_row_response_token_share": round(int(self.resp_lens[copying].sum()) / resp, 4),
                 "copied_token_share": round(float((self.copy_share * self.resp_lens).sum()) / resp, 4),
-                "copy_weight": self.copy_weight, "copy_draw_share": round(self.p_copy, 4)}
+                "copy_weight": self.copy_weight, "copy_draw_share": round(self.draw_share(copying), 4)}
 
 
 def pad(rows: list[tuple[np.ndarray, int]], device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
