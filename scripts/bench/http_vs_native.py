@@ -111,6 +111,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import fnmatch
 import hashlib
 import json
@@ -355,12 +356,11 @@ def evalset_prompts() -> list[str]:
     breaks ties), so any stretch of it holds every kind in its share of the set."""
     from pydflash.train import eval_fresh
     prompts = eval_fresh.load()
-    size = {k: sum(p["kind"] == k for p in prompts) for k in {p["kind"] for p in prompts}}
-    rank: dict[str, int] = {}
+    size, seen = collections.Counter(p["kind"] for p in prompts), collections.Counter()
     place = []
     for i, p in enumerate(prompts):
-        r = rank[p["kind"]] = rank.get(p["kind"], -1) + 1
-        place.append(((r + 0.5) / size[p["kind"]], i))
+        place.append(((seen[p["kind"]] + 0.5) / size[p["kind"]], i))
+        seen[p["kind"]] += 1
     return [prompts[i]["text"] for _, i in sorted(place)]
 
 
