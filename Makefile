@@ -3,6 +3,8 @@
 # make test-fast   the fast tier: the suite without the tests marked slow or real_model (a few minutes)
 # make test-rest   the tests test-fast leaves out (test-fast + test-rest = test)
 # make lint        ruff over the whole tree (configured in pyproject.toml)
+# The test targets run pytest-xdist workers, one per core (TEST_WORKERS=0 runs the suite in one process; tests
+# share nothing on disk but pytest's per-worker temporary folders, and every server binds a free port of its own)
 .PHONY: setup demo test test-fast test-rest lint bench clean
 
 setup:
@@ -11,14 +13,17 @@ setup:
 demo: setup
 	.venv/bin/pydflash-speculative -n 96
 
+TEST_WORKERS ?= auto
+PYTEST = .venv/bin/python -m pytest -q -n $(TEST_WORKERS)
+
 test: setup
-	.venv/bin/python -m pytest -q
+	$(PYTEST)
 
 test-fast: setup
-	.venv/bin/python -m pytest -q -m "not slow and not real_model"
+	$(PYTEST) -m "not slow and not real_model"
 
 test-rest: setup
-	.venv/bin/python -m pytest -q -m "slow or real_model"
+	$(PYTEST) -m "slow or real_model"
 
 lint: setup
 	.venv/bin/ruff check .

@@ -113,6 +113,7 @@
 #                     scale4b_{a,b}_<quant>.json (render locally: http_vs_native.py --render both); extra args go to
 #                     http_vs_native.py and win (e.g. --only 'native-synth*' --clients 4,16 to finish a cut chunk).
 #                     TRACE=1 returns each pydflash engine's step trace as fast1 does (trace_<a|b>_<quant>_<pid>.json).
+#                     NO_NATIVE=1 (after `start` with NO_PRISTINE=1): no llama-server; --only names pydflash's conditions.
 #                     Time, measured on an H100 (2026-12-06, docs/results/2026-12-06-h100-scale4b): the F16 files
 #                     126 s beside the builds (both at -j8, ~10 min); after them, quantizing and the benchmark's 4
 #                     servers x 4 levels x 3 rounds (~290 s) fit the first scale4b-a call (492 s in all). With
@@ -658,7 +659,10 @@ scale4b-a|scale4b-b)  # remote.sh scale4b-a|scale4b-b [scripts/bench/http_vs_nat
     [ "$(cat $W/build.rc 2>/dev/null)" = 0 ] || { tail -20 $W/build.log; exit 1; }
     python3 -m pydflash.factory.scale $S --shape qwen3-4b --quant Q4_K_M,Q8_0 2>&1 | grep -v "^\[\|^llama_model_quant" | tail -4
     cp $S/manifest.json $OUT/scale4b_models.json
-    use_pristine
+    # NO_NATIVE=1 (a session that built no pristine llama-server, `start` with NO_PRISTINE=1): pydflash's conditions
+    # only (pass --only without native ones); the ratios to native then come from an earlier run on the same kind
+    local_native=()
+    if [ "${NO_NATIVE:-0}" != 1 ]; then use_pristine; local_native=(--llama-server $PRISTINE_SERVER); fi
     left=$((575 - SECONDS))
     echo "$1: ${left} s left for the benchmark"
     [ $left -ge 240 ] || { echo "$1: the builds and the models took the call: run $1 again"; exit 0; }
@@ -667,7 +671,7 @@ scale4b-a|scale4b-b)  # remote.sh scale4b-a|scale4b-b [scripts/bench/http_vs_nat
     [ $1 = scale4b-b ] && only="py-synth1,py-synth3,py-synth8,native-synth*"
     # SIGINT, not TERM: the script's finally blocks stop the servers it started (each in a session of its own)
     timeout -s INT -k 30 $left python3 scripts/bench/http_vs_native.py --interleave --ngl -1 --threads 8 \
-        --llama-server $PRISTINE_SERVER --model $S/target-$(echo $quant | tr 'A-Z' 'a-z').gguf \
+        "${local_native[@]}" --model $S/target-$(echo $quant | tr 'A-Z' 'a-z').gguf \
         --drafter $S/drafter-q8_0.gguf --random-drafter $S/drafter-q8_0.gguf --synth-lens 1,3,5,8 \
         --prompt-vocab 151936 --target-set scale4b --tokens 128 --rounds 3 --only "$only" \
         --model-label "random-weight Qwen3-4B-shaped $quant target; Qwen3-4B-DFlash-b16-shaped drafter (Q8_0, fc F16), pydflash.factory.scale" \
