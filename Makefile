@@ -4,7 +4,7 @@
 # make test-rest   the tests test-fast leaves out (test-fast + test-rest = test)
 # make lint        ruff over the whole tree (configured in pyproject.toml)
 # The test targets run pytest-xdist workers, one per core (TEST_WORKERS=0 runs the suite in one process; tests
-# share nothing on disk but pytest's per-worker temporary folders, and every server binds a free port of its own)
+# write only into pytest's per-worker temporary folders, and every server binds a free port of its own)
 .PHONY: setup demo test test-fast test-rest lint bench clean
 
 setup:

@@ -661,8 +661,8 @@ scale4b-a|scale4b-b)  # remote.sh scale4b-a|scale4b-b [scripts/bench/http_vs_nat
     cp $S/manifest.json $OUT/scale4b_models.json
     # NO_NATIVE=1 (a session that built no pristine llama-server, `start` with NO_PRISTINE=1): pydflash's conditions
     # only (pass --only without native ones); the ratios to native then come from an earlier run on the same kind
-    local_native=()
-    if [ "${NO_NATIVE:-0}" != 1 ]; then use_pristine; local_native=(--llama-server $PRISTINE_SERVER); fi
+    native_args=()
+    if [ "${NO_NATIVE:-0}" != 1 ]; then use_pristine; native_args=(--llama-server $PRISTINE_SERVER); fi
     left=$((575 - SECONDS))
     echo "$1: ${left} s left for the benchmark"
     [ $left -ge 240 ] || { echo "$1: the builds and the models took the call: run $1 again"; exit 0; }
@@ -671,7 +671,7 @@ scale4b-a|scale4b-b)  # remote.sh scale4b-a|scale4b-b [scripts/bench/http_vs_nat
     [ $1 = scale4b-b ] && only="py-synth1,py-synth3,py-synth8,native-synth*"
     # SIGINT, not TERM: the script's finally blocks stop the servers it started (each in a session of its own)
     timeout -s INT -k 30 $left python3 scripts/bench/http_vs_native.py --interleave --ngl -1 --threads 8 \
-        "${local_native[@]}" --model $S/target-$(echo $quant | tr 'A-Z' 'a-z').gguf \
+        "${native_args[@]}" --model $S/target-$(echo $quant | tr 'A-Z' 'a-z').gguf \
         --drafter $S/drafter-q8_0.gguf --random-drafter $S/drafter-q8_0.gguf --synth-lens 1,3,5,8 \
         --prompt-vocab 151936 --target-set scale4b --tokens 128 --rounds 3 --only "$only" \
         --model-label "random-weight Qwen3-4B-shaped $quant target; Qwen3-4B-DFlash-b16-shaped drafter (Q8_0, fc F16), pydflash.factory.scale" \
