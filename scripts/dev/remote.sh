@@ -174,6 +174,9 @@
 # 2026-12-07 (fourteenth session): ten throwaway calls from 00:11 to 01:55 UTC, 5-20 minutes apart, got no machine
 # (15, 90 or 180 s each, every one from the fifth on 180 s; an eleventh with 254 s left: 90 s): 1,636 s of 1,800. Once
 # refusals repeat, a session cannot count on its device time; do the CPU work first and try at long intervals.
+# 2026-12-07 (fifteenth session, a new checkout: .device-bench/ packed again with SLIM=1 NO_CORPUS=1, no prebuilt
+# packs): eight throwaway calls from 03:26 to 05:27 UTC, 10-21 minutes apart (once named nvidia-h100-x1: 90 s), got no
+# machine, 180 s each otherwise: 1,351 s of 1,800, and the 449 s left would not cover a start and a build.
 # What a whole issue-13 run costs (2026-12-02, docs/results/2026-12-02-h200-g, 1,800 s in all): setup ~60 s; `hooks` 362 s
 # (it waits for the build); `http` with py-plain,py-synth8,native-bs,py-random,py-dflash at 1,4,8,16 x 5 rounds
 # 307 s; native-plain,native-dflash,native-synth4,native-synth8 x 3 rounds 523 s; native-synth1 alone 437 s. A
