@@ -118,11 +118,12 @@ def build_padded_vocab(n_vocab: int, mask_id: int, mask_piece: str = "<|MASK|>")
     For random-weight models shaped like a real one (Qwen3's 151,936 tokens, z-lab's mask at 151669): the size sets
     the embedding and head, the part of a step that grows with the vocabulary. Prompts tokenize into the tiny
     vocabulary's pieces (the padding is never merged into: no chain of smaller pieces leads to it), and every id
-    detokenizes, so whatever a random model generates prints. Id 4 keeps its "<mask>" piece but is not the mask.
+    detokenizes, so whatever a random model generates prints. Id 4 keeps its "<mask>" piece, and is the mask where
+    mask_id is 4 (Gemma's drafters, z-lab's Gemma-4 ones included, use Gemma's own <mask> at 4); else it is not.
     """
     base = build_vocab()
-    if not base.n_vocab <= mask_id < n_vocab:
-        raise ValueError(f"mask id {mask_id} must lie in [{base.n_vocab}, {n_vocab})")
+    if mask_id != base.mask_id and not base.n_vocab <= mask_id < n_vocab:
+        raise ValueError(f"mask id {mask_id} must be {base.mask_id} or lie in [{base.n_vocab}, {n_vocab})")
     tokens, scores, types = list(base.tokens), list(base.scores), list(base.types)
     for i in range(base.n_vocab, n_vocab):
         if i == mask_id:

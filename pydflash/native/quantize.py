@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import ctypes
 import pathlib
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
 
 from ..errors import ModelLoadError
-from ._lib import C, ensure_backend, last_error
+from ._lib import LIB_DIR, C, ensure_backend, ggml_libs, last_error
 
 FTYPES = {
     "F32": C.LLAMA_FTYPE_ALL_F32,
@@ -36,3 +39,58 @@ def quantize(src: str | pathlib.Path, dst: str | pathlib.Path, ftype: str, pure:
     if rc != 0:
         raise ModelLoadError(f"quantizing {src} to {ftype} failed: {last_error() or f'code {rc}'}")
     return pathlib.Path(dst)
+
+
+# ggml's own row quantizers (ggml.h), for writers that quantize a tensor as they make it instead of staging the whole
+# model in F16 first (pydflash.factory.direct: Gemma-4-31B in F16 would not fit a 64 GB disk beside its Q4_K_M).
+# The ids are ggml_type's and gguf.GGMLQuantizationType's alike.
+ROW_TYPES = {"F16": 1, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
+ROW_BLOCK = {"F16": 1, "Q8_0": 32, "Q4_K": 256, "Q5_K": 256, "Q6_K": 256}  # values per block
+_ggml = ggml_libs.get("libggml-base.so")
+if _ggml is not None:
+    # size_t ggml_quantize_chunk(enum ggml_type type, const float * src, void * dst, int64_t start, int64_t nrows,
+    #                            int64_t n_per_row, const float * imatrix);  (CDLL: the GIL is free while it runs)
+    _quantize_chunk = _ggml["ggml_quantize_chunk"]
+    _quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                ctypes.c_int64, ctypes.c_void_p]
+    _quantize_chunk.restype = ctypes.c_size_t
+    # size_t ggml_row_size(enum ggml_type type, int64_t ne);
+    _row_size = _ggml["ggml_row_size"]
+    _row_size.argtypes = [ctypes.c_int, ctypes.c_int64]
+    _row_size.restype = ctypes.c_size_t
+
+
+def row_bytes(qtype: str, n_per_row: int) -> int:
+    """Bytes of one quantized row of n_per_row values."""
+    return int(_row_size(ROW_TYPES[qtype], n_per_row))
+
+
+def quantize_rows(x: np.ndarray, qtype: str, n_threads: int = 1) -> np.ndarray:
+    """x (2-D, float32, C order) quantized row by row to qtype by ggml itself: uint8 [rows, row_bytes], the bytes a
+    GGUF stores. Rows go to n_threads threads in contiguous runs (each call quantizes whole rows, so the result does
+    not depend on the split)."""
+    if qtype not in ROW_TYPES:
+        raise ValueError(f"unknown row type {qtype!r}; choose one of {sorted(ROW_TYPES)}")
+    if _ggml is None:
+        raise ModelLoadError(f"libggml-base.so not found in {LIB_DIR}")
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if x.ndim != 2:
+        raise ValueError(f"quantize_rows takes a 2-D array, got shape {x.shape}")
+    rows, n = x.shape
+    t = ROW_TYPES[qtype]
+    if n % ROW_BLOCK[qtype]:  # ggml would assert (and abort the process) on a row of part of a block
+        raise ValueError(f"{qtype} quantizes rows of whole {ROW_BLOCK[qtype]}-value blocks; a row of {n} is not")
+    out = np.empty((rows, row_bytes(qtype, n)), dtype=np.uint8)
+    src, dst = x.ctypes.data, out.ctypes.data
+
+    def run(r0: int, r1: int) -> None:
+        _quantize_chunk(t, src, dst, r0 * n, r1 - r0, n, None)
+
+    bounds = np.linspace(0, rows, max(1, min(n_threads, rows)) + 1).astype(int)
+    if len(bounds) == 2:
+        run(0, rows)
+    else:
+        with ThreadPoolExecutor(len(bounds) - 1) as pool:
+            list(pool.map(run, bounds[:-1], bounds[1:]))
+    return out
+

@@ -120,6 +120,15 @@
 #                     prebuilt packs the builds take seconds and the call ~7 min. The same call with --only of 4
 #                     conditions, --clients 1,8 and --rounds 2: 95 s. scale4b-b (7 servers) is estimated at
 #                     ~450-500 s (native-synth1, drafting 15 tokens to keep one, is the slow one); not yet run.
+#   remote.sh scale31b [scripts/bench/http_vs_native.py args...]  a Gemma-4-31B-shaped Q4_K_M target (18.7 GB) and a
+#                     gemma-4-31B-it-DFlash-shaped drafter (Q8_0 but fc), written HERE into $W/scale31b by `python -m
+#                     pydflash.factory.scale --shape gemma4-31b` straight at their types (no 61 GB F16 file: the disk is
+#                     64 GB), then native-bs, py-plain and py-synth5 through HTTP at 1 and 8 clients, 2 rounds, 512
+#                     tokens of context per slot (three 19 GB servers and their KV in one H100's 80 GB), 128 tokens a
+#                     request. Needs part 0, 0b, 1b and start (NO_NATIVE=1 as for scale4b). JSON as scale31b.json.
+#                     Time, estimated (not yet run): the models ~3-4 min on 16 cores (drawing 30.7 G values, ggml's
+#                     Q4_K at ~20 M values/s a core, 18.7 GB written), the benchmark ~2-3 min; a call that the models
+#                     took runs the benchmark on the next call (the models are kept).
 #   remote.sh scaleout replicas|split [scripts/bench/scale_out.py args...]  the nvidia-h200-x2 kind: past one GPU through
 #                     HTTP (docs/scale-out.md, "Measured on two GPUs"). Needs part 0, 0b, 1b, start, the Gemma parts
 #                     (replicas: the default pair) and Ray, which the image lacks: `part r0` .. `part rN` stage the
@@ -681,6 +690,32 @@ scale4b-a|scale4b-b)  # remote.sh scale4b-a|scale4b-b [scripts/bench/http_vs_nat
         --out-dir $OUT --stem scale4b_$tag --no-render --log-dir $OUT/logs_$tag "${@:2}" || echo "$1: exit $?"
     tar czf $OUT/logs_$tag.tgz -C $OUT logs_$tag && rm -rf $OUT/logs_$tag
     trace_end $tag ;;
+scale31b)  # remote.sh scale31b [scripts/bench/http_vs_native.py args...]
+    [ -f $W/configure.log ] || { echo "$1: no build was started on this machine: run remote.sh start first"; exit 1; }
+    S=$W/scale31b
+    export PYTHONPATH=$W/site:$PWD PYDFLASH_LIB_DIR=$W/llama.cpp/build/bin PYTHONUNBUFFERED=1
+    export PYDFLASH_TREE_COMMIT="${PYDFLASH_TREE_COMMIT:-$(cat $W/commit.txt) (HEAD when g1 was packed)}"
+    for _ in $(seq 1 110); do [ -f $W/build.rc ] && break; sleep 5; done  # the row quantizer is libggml's
+    [ "$(cat $W/build.rc 2>/dev/null)" = 0 ] || { tail -20 $W/build.log; exit 1; }
+    timeout $((560 - SECONDS)) python3 -m pydflash.factory.scale $S --shape gemma4-31b --quant Q4_K_M 2>&1 \
+        | grep -v "^\[\|^llama_model_quant" | tail -4
+    [ -f $S/manifest.json ] || { echo "$1: the models are not complete: run $1 again"; exit 0; }
+    cp $S/manifest.json $OUT/scale31b_models.json
+    native_args=()
+    if [ "${NO_NATIVE:-0}" != 1 ]; then use_pristine; native_args=(--llama-server $PRISTINE_SERVER); fi
+    left=$((575 - SECONDS))
+    echo "$1: ${left} s left for the benchmark"
+    [ $left -ge 150 ] || { echo "$1: the models took the call: run $1 again (they are kept)"; exit 0; }
+    [ "${TRACE:-0}" = 1 ] && { trace_begin scale31b; left=$((left - 20)); }
+    timeout -s INT -k 30 $left python3 scripts/bench/http_vs_native.py --interleave --ngl -1 --threads 8 \
+        "${native_args[@]}" --model $S/target-q4_k_m.gguf \
+        --drafter $S/drafter-q8_0.gguf --random-drafter $S/drafter-q8_0.gguf --synth-lens 5 \
+        --prompt-vocab 262144 --target-set scale31b --tokens 128 --rounds 2 --clients 1,8 --ctx 512 \
+        --only "native-bs,py-plain,py-synth5" \
+        --model-label "random-weight Gemma-4-31B-shaped Q4_K_M target; gemma-4-31B-it-DFlash-shaped drafter (Q8_0, fc F16), pydflash.factory.scale --direct" \
+        --out-dir $OUT --stem scale31b --no-render --log-dir $OUT/logs_scale31b "${@:2}" || echo "$1: exit $?"
+    tar czf $OUT/logs_scale31b.tgz -C $OUT logs_scale31b && rm -rf $OUT/logs_scale31b
+    trace_end scale31b ;;
 scaleout)  # remote.sh scaleout replicas|split [scripts/bench/scale_out.py args...]
     part=${2:-}
     [ "$part" = replicas ] || [ "$part" = split ] || { echo "scaleout: replicas or split"; exit 1; }

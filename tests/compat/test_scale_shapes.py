@@ -84,7 +84,9 @@ def test_the_padded_vocabulary():
     assert v.n_vocab == 151_936 and v.tokens[:base.n_vocab] == base.tokens and len(set(v.tokens)) == v.n_vocab
     assert (v.mask_id, v.types[151_669], v.tokens[151_669]) == (151_669, CONTROL, "<|MASK|>")
     with pytest.raises(ValueError):
-        build_padded_vocab(1000, 4)  # the mask must not take a piece of the tiny vocabulary
+        build_padded_vocab(1000, 5)  # the mask must not take a piece of the tiny vocabulary ...
+    g = build_padded_vocab(262_144, 4)  # ... but may be its own <mask> at 4, where Gemma's drafters have it
+    assert (g.mask_id, g.tokens[4], g.n_vocab) == (4, "<mask>", 262_144) and "<|MASK|>" not in g.tokens
 
 
 def test_the_streamed_writer_writes_what_the_tiny_writer_writes(tmp_path):
