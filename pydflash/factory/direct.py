@@ -14,7 +14,7 @@ for the tensors factory plans contain:
   - Q4_K_M: Q4_K, except the head (``output``, or ``token_embd`` where the head is tied to it) at Q6_K, and attn_v
     and ffn_down at Q6_K in the layers ``use_more_bits`` picks (the first and last eighth, and every third between;
     attn_v counted over the layers that have one: Gemma-4's full layers use K as V).
-``tests/factory/test_direct.py`` checks tensor by tensor that a file written here from an F16 file's values holds
+``tests/compat/test_scale_direct.py`` checks tensor by tensor that a file written here from an F16 file's values holds
 the bytes llama_model_quantize writes from that file.
 """
 

@@ -189,8 +189,8 @@ def write_scale_pair(out_dir: str | Path, shape: str | ScaleShape = "qwen3-4b", 
             t0 = time.perf_counter()
             if direct:
                 write_quantized(stage / target_file(q), shape.target.arch,
-                                       lambda w: shape.add_target_keys(w, vocab, "f16"), shape.target_plan(), q,
-                                       lambda i, p: draw(p, seed, i, threads), threads)
+                                lambda w: shape.add_target_keys(w, vocab, "f16"), shape.target_plan(), q,
+                                lambda i, p: draw(p, seed, i, threads), threads)
             else:
                 quantize(t16, stage / target_file(q), q, pure=False, n_threads=n_threads)
             os.replace(stage / target_file(q), pair.targets[q])  # same disk: a rename
