@@ -5,7 +5,8 @@ regression in feature alignment (which layers, which positions), in the Gemma em
 up here first as tau falling towards 1-2. The full suite (14 cases, 256 tokens, bar 8) runs on the GPU through
 ``scripts/bench/drafter_eval.py --suite``; this is four of its cases at a lower bar. The drafter shipped before
 version 2 reached 4.45 on them; version 2 7.76, version 3 8.98 (an AMD EPYC CPU, 2026-12-01), version 5 10.24
-(2026-12-02), version 6 9.85 (2026-12-06), version 7 10.24 (2026-12-06, later).
+(2026-12-02), version 6 9.85 (2026-12-06), version 7 10.24 (2026-12-06, later); on an AVX-512 Intel Xeon
+(2026-12-07) version 7 10.45, version 8 10.24.
 The drafter alone: the engine's copied chains (engine/lookup.py) are off, or they would hide a regression here."""
 
 from __future__ import annotations
