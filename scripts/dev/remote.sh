@@ -186,6 +186,11 @@
 # 2026-12-07 (fifteenth session, a new checkout: .device-bench/ packed again with SLIM=1 NO_CORPUS=1, no prebuilt
 # packs): eight throwaway calls from 03:26 to 05:27 UTC, 10-21 minutes apart (once named nvidia-h100-x1: 90 s), got no
 # machine, 180 s each otherwise: 1,351 s of 1,800, and the 449 s left would not cover a start and a build.
+# 2026-12-07 (sixteenth session, the same checkout: .device-bench/ still packed): refused at 06:26 and 06:43 (180 s
+# each) and at 07:02 naming nvidia-h100-x1 (90 s); the try at 07:14, again naming nvidia-h100-x1, got an H100 and made
+# the staging call itself (no throwaway first: a refusal costs the same). Then parts 2-5, the drafter GGUF back in the
+# tree, part 6, fast1 (304 s, ~180 of it the -j16 build's wait), a traced fast1 (58 s), scale4b-a (192 s, the models
+# included), part t0, part t1, train 380 (488 s): 1,676 s of 1,800 used in all.
 # What a whole issue-13 run costs (2026-12-02, docs/results/2026-12-02-h200-g, 1,800 s in all): setup ~60 s; `hooks` 362 s
 # (it waits for the build); `http` with py-plain,py-synth8,native-bs,py-random,py-dflash at 1,4,8,16 x 5 rounds
 # 307 s; native-plain,native-dflash,native-synth4,native-synth8 x 3 rounds 523 s; native-synth1 alone 437 s. A
