@@ -589,7 +589,8 @@ class Engine:
                              copied=n_copied, features=self.target_ctx.features_on, s=round(total, 6),
                              split=[round(x, 6) for x in split], predicted=pol.predicted,
                              overhead=round(pol.overhead_at(len(plan)), 3) if plan else None, pause=pol.pause,
-                             first=self.first_why, emitted=[len(e.tokens) for e in events])
+                             first=self.first_why, emitted=[len(e.tokens) for e in events],
+                             kept=list(self.prompt_cache.kept_now()))
 
     def _observe_costs(self, plan: list[tuple[Slot, int]], total: float, n_copied: int = 0) -> None:
         """Teach adaptive drafting this decode step's measured cost: the drafter's part (its injection and block

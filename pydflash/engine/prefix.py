@@ -772,6 +772,12 @@ class PromptCache:
             raise InvalidRequest(f"slot {seq} is busy")
         return self.resident[seq]
 
+    def kept_now(self) -> tuple[int, int, int]:
+        """(idle residents, their cells, device-entry cells no slot shares): what the KV holds beside the running
+        requests at this moment, which every step's attention spans in a unified KV (the step trace records it)."""
+        idle = [r.n for seq, r in enumerate(self.resident) if r is not None and not self.busy(seq)]
+        return len(idle), sum(idle), self._entry_cells()
+
     def metrics(self) -> dict:
         out = {"n_reused_tokens": self.n_reused, "fallbacks": self.fallbacks, "drafter_restarts": self.drafter_restarts,
                "context_trims": self.context_trims,

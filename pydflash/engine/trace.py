@@ -2,9 +2,10 @@
 
 ``PYDFLASH_STEP_TRACE=PATH`` makes each engine append to PATH (each engine process to PATH.<pid>): the step's start
 (``time.perf_counter``, so that the time between steps shows too), running and prefilling slots, verify and drafter
-block tokens, whether features were extracted, the step's measured seconds and their split, and what the policy
-predicted for it. Off by default: a line (written at once, so that a server ended by a signal loses none) costs
-~10-20 us.
+block tokens, whether features were extracted, the step's measured seconds and their split, what the policy
+predicted for it, and what the prompt cache kept beside the running requests at the step's end (``kept``: idle
+residents, their cells, device-entry cells no slot shares). Off by default: a line (written at once, so that a
+server ended by a signal loses none) costs ~10-20 us.
 """
 
 from __future__ import annotations

@@ -56,6 +56,9 @@ def summarize(rows: list[dict], worst: int = 12) -> dict:
             g["tokens"] = tokens
             if tokens:
                 g["ms_per_token"] = round(1e3 * g["seconds"] / tokens, 4)
+        if all("kept" in r for r in rs):  # idle residents' and device entries' cells beside the running requests
+            g["kept_cells_median"] = statistics.median(r["kept"][1] + r["kept"][2] for r in rs)
+            g["steps_with_residents"] = sum(1 for r in rs if r["kept"][0])
         if k == "draft":
             g["mean_drafts_per_step"] = round(statistics.mean(sum(r["ks"]) for r in rs), 1)
         if k == "copy":

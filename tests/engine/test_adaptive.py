@@ -652,6 +652,29 @@ def test_a_long_pause_teaches_costs_from_one_featureless_step_in_eight():
     assert pol.samples_costs()
 
 
+@pytest.mark.parametrize("reuse", [True, False])
+def test_step_trace_records_what_the_cache_keeps(tiny, tmp_path, monkeypatch, reuse):
+    """Each step's ``kept``: idle residents, their cells, device-entry cells beside the running requests (what a
+    unified KV's attention spans on top of their own cells). A finished request's sequence stays in its slot while the
+    next one runs in the other (its prompt alone, once the budget cuts it); with the cache off nothing is kept."""
+    monkeypatch.setenv("PYDFLASH_STEP_TRACE", str(tmp_path / "steps"))
+    p = tiny("llama")
+    with api.load(p.target, p.drafter, config=EngineConfig(n_slots=2, n_ctx_slot=512),
+                  cache=CacheConfig(reuse=reuse)) as llm:
+        first = llm.tokenize("hello world, this is the first request of two")
+        llm.generate(first, max_tokens=24, ignore_eos=True)
+        n_first = len((tmp_path / f"steps.{os.getpid()}").read_text().splitlines())
+        llm.generate(llm.tokenize("a different prompt altogether about rivers"), max_tokens=24, ignore_eos=True)
+    lines = [json.loads(x) for x in (tmp_path / f"steps.{os.getpid()}").read_text().splitlines()]
+    # recorded at the step's end: a request's last step shows its own sequence kept after its release
+    assert all(x["kept"] == [0, 0, 0] for x in lines[:n_first - 1])
+    second = [x["kept"] for x in lines[n_first:-1]]
+    if reuse:
+        assert all(k[0] == 1 and 0 < k[1] <= len(first) + 24 for k in second)
+    else:
+        assert all(k == [0, 0, 0] for k in second)
+
+
 def test_step_trace_writes_a_line_per_step(tiny, tmp_path, monkeypatch):
     """PYDFLASH_STEP_TRACE records every step (what adaptive drafting saw), one JSON line each, per process, and
     scripts/bench/trace_summary.py puts every decode step in exactly one group."""
