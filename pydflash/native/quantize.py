@@ -62,6 +62,8 @@ if _ggml is not None:
 
 def row_bytes(qtype: str, n_per_row: int) -> int:
     """Bytes of one quantized row of n_per_row values."""
+    if _ggml is None:
+        raise ModelLoadError(f"libggml-base.so not found in {LIB_DIR}")
     return int(_row_size(ROW_TYPES[qtype], n_per_row))
 
 
@@ -71,8 +73,6 @@ def quantize_rows(x: np.ndarray, qtype: str, n_threads: int = 1) -> np.ndarray:
     not depend on the split)."""
     if qtype not in ROW_TYPES:
         raise ValueError(f"unknown row type {qtype!r}; choose one of {sorted(ROW_TYPES)}")
-    if _ggml is None:
-        raise ModelLoadError(f"libggml-base.so not found in {LIB_DIR}")
     x = np.ascontiguousarray(x, dtype=np.float32)
     if x.ndim != 2:
         raise ValueError(f"quantize_rows takes a 2-D array, got shape {x.shape}")
