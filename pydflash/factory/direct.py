@@ -61,7 +61,7 @@ def mix_types(plan: list[W.Planned], ftype: str) -> dict[str, str]:
                 t = "Q6_K"
             elif p.name.endswith(".ffn_down.weight") and use_more_bits(_layer(p.name), n_layer):
                 t = "Q6_K"
-        if t != "F16" and p.shape[-1] % (32 if t == "Q8_0" else 256):
+        if p.shape[-1] % gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[t]][0]:
             # llama.cpp would fall back to another type for such a row; the factory's shapes never need one
             raise ValueError(f"{p.name}: rows of {p.shape[-1]} values do not make whole {t} blocks")
         types[p.name] = t

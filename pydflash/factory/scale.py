@@ -96,13 +96,12 @@ def _cached(out_dir: Path, params: dict) -> bool:
         (out_dir / f).is_file() and (out_dir / f).stat().st_size == n for f, n in sizes.items())
 
 
-def _check_disk(stage: Path, f16_bytes: int, quants: tuple[str, ...]) -> None:
-    """Refuse before writing anything when the F16 file and the outputs cannot fit (both folders on one disk)."""
-    need = f16_bytes + sum(int(f16_bytes * QUANT_SHARE.get(q, 1.0)) for q in quants)
+def _check_disk(stage: Path, need: int, what: str) -> None:
+    """Refuse before writing anything when the staged F16 file and the outputs (need bytes) cannot fit (both folders
+    on one disk)."""
     free = shutil.disk_usage(stage).free
     if free < need * 1.05:
-        raise OSError(f"{stage}: {free / 1e9:.1f} GB free, the F16 target and its quantizations need "
-                      f"~{need / 1e9:.1f} GB")
+        raise OSError(f"{stage}: {free / 1e9:.1f} GB free, {what} need ~{need / 1e9:.1f} GB")
 
 
 def _f16_dir(out_dir: Path, shape: ScaleShape, seed: int, tmp_dir: str | Path | None) -> Path:
@@ -125,15 +124,12 @@ def write_f16(out_dir: str | Path, shape: str | ScaleShape = "qwen3-4b", seed: i
     dspec = shape.drafter()
     t_plan = shape.target_plan()
     seconds = {}
-    if direct:
-        _check_disk(stage, planned_bytes(D.drafter_plan(dspec), "f16"), ())
-        need = sum(_quantized_bytes(t_plan, q) for q in quants)
-        if shutil.disk_usage(stage).free < need * 1.05:
-            raise OSError(f"{stage}: {shutil.disk_usage(stage).free / 1e9:.1f} GB free, the targets need "
-                          f"~{need / 1e9:.1f} GB")
+    targets = sum(_quantized_bytes(t_plan, q) for q in quants)
+    if direct:  # no F16 target: the F16 drafter beside the targets at their types
+        _check_disk(stage, planned_bytes(D.drafter_plan(dspec), "f16") + targets, "the F16 drafter and the targets")
         t16 = None
     else:
-        _check_disk(stage, planned_bytes(t_plan, "f16"), tuple(quants))
+        _check_disk(stage, planned_bytes(t_plan, "f16") + targets, "the F16 target and its quantizations")
         t0 = time.perf_counter()
         # independent streams: the target's weights never depend on the drafter's shape
         write_streamed(t16, shape.target.arch, lambda w: shape.add_target_keys(w, vocab, "f16"),
@@ -183,7 +179,7 @@ def write_scale_pair(out_dir: str | Path, shape: str | ScaleShape = "qwen3-4b", 
     t16, d16, seconds = write_f16(out_dir, shape, seed, quants, tmp_dir, direct)
     stage = d16.parent
     threads = n_threads or os.cpu_count() or 1
-    vocab = build_padded_vocab(shape.n_vocab, shape.mask_id)
+    vocab = build_padded_vocab(shape.n_vocab, shape.mask_id) if direct else None  # the targets' keys, written here
     try:
         for q in quants:
             t0 = time.perf_counter()

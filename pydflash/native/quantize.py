@@ -7,6 +7,7 @@ import ctypes
 import pathlib
 from concurrent.futures import ThreadPoolExecutor
 
+import gguf
 import numpy as np
 
 from ..errors import ModelLoadError
@@ -43,9 +44,9 @@ def quantize(src: str | pathlib.Path, dst: str | pathlib.Path, ftype: str, pure:
 
 # ggml's own row quantizers (ggml.h), for writers that quantize a tensor as they make it instead of staging the whole
 # model in F16 first (pydflash.factory.direct: Gemma-4-31B in F16 would not fit a 64 GB disk beside its Q4_K_M).
-# The ids are ggml_type's and gguf.GGMLQuantizationType's alike.
-ROW_TYPES = {"F16": 1, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
-ROW_BLOCK = {"F16": 1, "Q8_0": 32, "Q4_K": 256, "Q5_K": 256, "Q6_K": 256}  # values per block
+# The ids are ggml_type's and gguf.GGMLQuantizationType's alike; gguf-py also knows each type's values per block.
+ROW_TYPES = {q: int(gguf.GGMLQuantizationType[q]) for q in ("F16", "Q8_0", "Q4_K", "Q5_K", "Q6_K")}
+ROW_BLOCK = {q: gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[q]][0] for q in ROW_TYPES}
 _ggml = ggml_libs.get("libggml-base.so")
 if _ggml is not None:
     # size_t ggml_quantize_chunk(enum ggml_type type, const float * src, void * dst, int64_t start, int64_t nrows,
