@@ -220,17 +220,36 @@ join_halves() {  # PREFIX SHA_FILE: PREFIX.00 + PREFIX.01 (prepare_carry.sh's ha
 
 use_build() {
     [ -f $W/configure.log ] || { echo "no build was started on this machine: run remote.sh part 0 and start first"; exit 1; }
-    for _ in $(seq 1 110); do [ -f $W/build.rc ] && break; sleep 5; done
-    [ "$(cat $W/build.rc)" = 0 ] || { tail -20 $W/build.log; exit 1; }
+    wait_patched
     assemble_model
     mkdir -p .cache/models pydflash/models
     ln -sf $W/gemma.gguf .cache/models/gemma-3-270m-q4_k_m.gguf
     [ -f pydflash/models/gemma-3-270m-dflash-q8_0.gguf ] \
         || { echo "no pydflash/models/gemma-3-270m-dflash-q8_0.gguf: the shipped drafter travels with the tree"; exit 1; }
+    tree_env
+}
+
+tree_env() {  # the tree's code on the patched build
     export PYTHONPATH=$W/site:$PWD PYDFLASH_LIB_DIR=$W/llama.cpp/build/bin PYTHONUNBUFFERED=1
     # .git does not travel: pass PYDFLASH_TREE_COMMIT=<local HEAD at call time> in the command; commit.txt is only
     # the HEAD when g1 was packed
     export PYDFLASH_TREE_COMMIT="${PYDFLASH_TREE_COMMIT:-$(cat $W/commit.txt) (HEAD when g1 was packed)}"
+}
+
+wait_patched() {  # the patched build's end (its libraries quantize the scale steps' models), whatever else is missing
+    for _ in $(seq 1 110); do [ -f $W/build.rc ] && break; sleep 5; done
+    [ "$(cat $W/build.rc 2>/dev/null)" = 0 ] || { tail -20 $W/build.log; exit 1; }
+}
+
+scale_budget() {  # NAME TAG MIN_S WHAT: a scale step's native_args (NO_NATIVE=1, a session that built no pristine
+    # llama-server: none; pass --only without native conditions, the ratios then come from an earlier run on the same
+    # kind) and `left`, its benchmark's seconds; under MIN_S the call ends (WHAT took it); TRACE=1 as for fast1
+    native_args=()
+    if [ "${NO_NATIVE:-0}" != 1 ]; then use_pristine; native_args=(--llama-server $PRISTINE_SERVER); fi
+    left=$((575 - SECONDS))
+    echo "$1: ${left} s left for the benchmark"
+    [ $left -ge $3 ] || { echo "$1: $4 took the call: run $1 again"; exit 0; }
+    if [ "${TRACE:-0}" = 1 ]; then trace_begin $2; left=$((left - 20)); fi
 }
 
 pristine_tree() {  # $W/pristine: the carried source with patches/ reverted (last first), checked against the sdist's
@@ -668,22 +687,13 @@ scale4b-a|scale4b-b)  # remote.sh scale4b-a|scale4b-b [scripts/bench/http_vs_nat
     S=$W/scale4b
     quant=${SCALE_QUANT:-Q4_K_M}
     tag=${1#scale4b-}_$(echo $quant | tr 'A-Z' 'a-z')
-    export PYTHONPATH=$W/site:$PWD PYDFLASH_LIB_DIR=$W/llama.cpp/build/bin PYTHONUNBUFFERED=1
-    export PYDFLASH_TREE_COMMIT="${PYDFLASH_TREE_COMMIT:-$(cat $W/commit.txt) (HEAD when g1 was packed)}"
+    tree_env
     # numpy only (pydflash imports without libllama): runs while the builds compile
     python3 -m pydflash.factory.scale $S --shape qwen3-4b --quant Q4_K_M,Q8_0 --f16-only 2>&1 | tail -1
-    for _ in $(seq 1 110); do [ -f $W/build.rc ] && break; sleep 5; done  # the quantizer is libllama's
-    [ "$(cat $W/build.rc 2>/dev/null)" = 0 ] || { tail -20 $W/build.log; exit 1; }
+    wait_patched
     python3 -m pydflash.factory.scale $S --shape qwen3-4b --quant Q4_K_M,Q8_0 2>&1 | grep -v "^\[\|^llama_model_quant" | tail -4
     cp $S/manifest.json $OUT/scale4b_models.json
-    # NO_NATIVE=1 (a session that built no pristine llama-server, `start` with NO_PRISTINE=1): pydflash's conditions
-    # only (pass --only without native ones); the ratios to native then come from an earlier run on the same kind
-    native_args=()
-    if [ "${NO_NATIVE:-0}" != 1 ]; then use_pristine; native_args=(--llama-server $PRISTINE_SERVER); fi
-    left=$((575 - SECONDS))
-    echo "$1: ${left} s left for the benchmark"
-    [ $left -ge 240 ] || { echo "$1: the builds and the models took the call: run $1 again"; exit 0; }
-    [ "${TRACE:-0}" = 1 ] && { trace_begin $tag; left=$((left - 20)); }  # TRACE=1 as for fast1
+    scale_budget $1 $tag 240 "the builds and the models"
     only="native-bs,py-plain,py-synth5,py-random"
     [ $1 = scale4b-b ] && only="py-synth1,py-synth3,py-synth8,native-synth*"
     # SIGINT, not TERM: the script's finally blocks stop the servers it started (each in a session of its own)
@@ -698,21 +708,14 @@ scale4b-a|scale4b-b)  # remote.sh scale4b-a|scale4b-b [scripts/bench/http_vs_nat
 scale31b)  # remote.sh scale31b [scripts/bench/http_vs_native.py args...]
     [ -f $W/configure.log ] || { echo "$1: no build was started on this machine: run remote.sh start first"; exit 1; }
     S=$W/scale31b
-    export PYTHONPATH=$W/site:$PWD PYDFLASH_LIB_DIR=$W/llama.cpp/build/bin PYTHONUNBUFFERED=1
-    export PYDFLASH_TREE_COMMIT="${PYDFLASH_TREE_COMMIT:-$(cat $W/commit.txt) (HEAD when g1 was packed)}"
-    for _ in $(seq 1 110); do [ -f $W/build.rc ] && break; sleep 5; done  # the row quantizer is libggml's
-    [ "$(cat $W/build.rc 2>/dev/null)" = 0 ] || { tail -20 $W/build.log; exit 1; }
+    tree_env
+    wait_patched
     # cut at the call's end, the writer leaves no manifest: the next call starts the targets again (the drafter kept)
     { timeout $((560 - SECONDS)) python3 -m pydflash.factory.scale $S --shape gemma4-31b --quant Q4_K_M 2>&1 \
         | grep -v "^\[\|^llama_model_quant" | tail -4; } || true
     [ -f $S/manifest.json ] || { echo "$1: the models are not complete: run $1 again"; exit 0; }
     cp $S/manifest.json $OUT/scale31b_models.json
-    native_args=()
-    if [ "${NO_NATIVE:-0}" != 1 ]; then use_pristine; native_args=(--llama-server $PRISTINE_SERVER); fi
-    left=$((575 - SECONDS))
-    echo "$1: ${left} s left for the benchmark"
-    [ $left -ge 150 ] || { echo "$1: the models took the call: run $1 again (they are kept)"; exit 0; }
-    [ "${TRACE:-0}" = 1 ] && { trace_begin scale31b; left=$((left - 20)); }
+    scale_budget $1 scale31b 150 "the models (kept for the next call)"
     timeout -s INT -k 30 $left python3 scripts/bench/http_vs_native.py --interleave --ngl -1 --threads 8 \
         "${native_args[@]}" --model $S/target-q4_k_m.gguf \
         --drafter $S/drafter-q8_0.gguf --random-drafter $S/drafter-q8_0.gguf --synth-lens 5 \
