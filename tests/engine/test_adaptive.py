@@ -698,7 +698,8 @@ def test_step_trace_writes_a_line_per_step(tiny, tmp_path, monkeypatch):
     # where the wall time went: the steps' own seconds, and what lay between them
     t = summary["time"]
     assert t["in_steps_s"] == pytest.approx(sum(x["s"] for x in lines), abs=1e-3)
-    assert t["span_s"] >= t["in_steps_s"] + t["between_steps_s"] + t["idle_s"] - 1e-3
+    # each figure is rounded to the millisecond, so the three parts may sum up to 1.5 ms over the rounded span
+    assert t["span_s"] >= t["in_steps_s"] + t["between_steps_s"] + t["idle_s"] - 2e-3
     assert sum(r["steps"] for r in summary["by_n"]) == sum(g["steps"] for g in summary["groups"])
     drafting = [x for x in decode if not x["prefilling"] and (any(x["ks"]) or x["copied"])]
     assert sum(r["steps"] for r in summary["draft_shapes"]) == len(drafting)
