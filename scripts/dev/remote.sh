@@ -55,6 +55,7 @@
 #   remote.sh copyfirst  scripts/bench/copy_first.py in-process: the shipped pair with copies standing in for its
 #                     blocks where every drafting slot loops (engine/copies.py, CopyPolicy.first) and without, against
 #                     plain, at 1 / 4 / 8 slots
+#   remote.sh kvspan  scripts/bench/kv_span.py --run: the KV span (llama.cpp's n_kv) with the cache off, fresh and settled
 #   remote.sh profile scripts/bench/profile_host.py: the host part of a step by phase (16 slots L=8 and plain, 1 slot L=8)
 #   remote.sh cache   scripts/bench/cache.py: a 6-turn chat with a ~1,000-token system prompt, cache on / off
 #   remote.sh sampling  scripts/bench/sampling.py: rejection against sample-and-match at T 0.7 / 1.0,
@@ -637,6 +638,11 @@ paused)  # scripts/bench/paused_cost.py: a paused step against a plain one, 1 an
         python3 scripts/bench/trace_summary.py $f --out $OUT/trace_$(basename $f | cut -d. -f1,2).json > /dev/null \
             || echo "trace_summary: $f failed"
     done ;;
+kvspan)  # remote.sh kvspan [scripts/bench/kv_span.py args...]: the KV span each step attends over (llama.cpp's n_kv),
+    # cache off / fresh / settled, in-process at 8 clients (the spans only: the log lines cost time in the forward)
+    use_build
+    timeout -k 10 $((${CALL_S:-600} - 30 - SECONDS)) python3 scripts/bench/kv_span.py --run --ngl -1 --clients 8 \
+        --requests 64 --tokens 256 --out $OUT/kv_span_gpu.json "${@:2}" || echo "kvspan: exit $?" ;;
 cachediag)  # remote.sh cachediag [scripts/bench/paused_cost.py args...]: what the prompt cache costs a plain step, in-process
     # (2026-12-05 through HTTP: 0.59-0.85x of the cache off on traffic that reuses nothing; not on a CPU), with
     # CUDA graphs and without (GGML_CUDA_DISABLE_GRAPHS: whether the cost is graphs that stop replaying)
