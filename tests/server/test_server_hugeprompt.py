@@ -13,7 +13,7 @@ from tests.helpers.server_util import Server, write_models_toml
 
 N_CTX = 256
 HUGE_BYTES = 15 * 1024 * 1024
-MAX_STREAM_GAP_S = 0.5  # a step of the tiny pair is milliseconds; tokenizing 15 MB takes seconds
+MAX_STREAM_GAP_S = 0.5  # a step of the tiny pair is milliseconds; tokenizing 15 MB takes seconds (3-5 s on 2 cores)
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +93,10 @@ def test_huge_prompt_is_refused_fast_while_a_stream_flows(server, pair):
     assert err["type"] == "exceed_context_size_error" and err["code"] == 400
     assert not streamer.errors
     gap = streamer.largest_gap(t0, t1)
-    assert gap < MAX_STREAM_GAP_S, (gap, t1 - t0, t_tokenize)
+    # tokenizing on the engine's thread would stall the stream for all of t_tokenize; what remains is the upload and
+    # the router's and the worker's parse of 15 MB (0.12 s of gap on a quiet 2-core machine, 0.66 s beside another
+    # test worker, where tokenizing took 5.0 s instead of 2.9): a share of the tokenizer's own time on this machine
+    assert gap < max(MAX_STREAM_GAP_S, t_tokenize / 4), (gap, t1 - t0, t_tokenize)
     # the 400 comes from the byte length: sooner than tokenizing the prompt alone takes (the upload and two JSON
     # parses, router and worker, are the rest)
     assert t1 - t0 < t_tokenize, (t1 - t0, t_tokenize)
