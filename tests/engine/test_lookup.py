@@ -8,7 +8,7 @@ import pytest
 from tests.helpers.oracle import Oracle
 from pydflash import api
 from pydflash.config import EngineConfig
-from pydflash.engine.lookup import LONG_MATCH, NGRAM, Edge, History, choose, would_accept
+from pydflash.engine.lookup import LONG_MATCH, NGRAM, Edge, History, choose, splice, would_accept
 from pydflash.engine.request import Request
 
 
@@ -51,6 +51,34 @@ def test_choose_takes_the_copy_when_it_agrees_with_the_first_draft_or_runs_long(
     shorter = History(text + [7, 6] + text[1:])
     assert choose([0, 0], shorter, 2, Edge()) == ([0, 0], None, False)  # one token short of it
     assert choose([0, 0], History([1, 2, 3]), 2, Edge()) == ([0, 0], None, False)  # nothing to copy
+
+
+def test_a_lookup_can_be_keyed_on_drafts_not_yet_verified():
+    h = History([1, 2, 3, 4, 5, 9])
+    assert h.continuation(2, extra=[1, 2, 3]) == ([4, 5], NGRAM)  # keyed on "1 2 3", which the drafts end with
+    assert h.continuation(2, extra=[7, 2, 3]) == ([], 0)  # "7 2 3" never came before
+    assert h.continuation(2, extra=[9, 1]) == ([], 0)  # "9 9 1": nor this, spanning history and drafts
+    # a match that runs into the drafts continues the loop through them
+    assert History([7, 1, 2, 1, 2, 1]).continuation(4, extra=[2]) == ([1, 2, 1, 2], 4)
+
+
+# a timetable: each line a new time T, then the same "X Y Z W" and a newline NL
+T1, T2, T3, X, Y, Z, W, NL = 101, 102, 103, 11, 12, 13, 14, 10
+
+
+def test_a_copy_spliced_after_the_drafts_that_guess_the_new_words():
+    """The next line's time is new, so the copy keyed on the history's end (the previous line's time) parts from the
+    drafter at once; past the drafter's own "T3 X Y Z" the text repeats its template, and a copy keyed there takes
+    over where the drafter's later guesses go wrong."""
+    h = History([T1, X, Y, Z, W, NL, T2, X, Y, Z, W, NL])
+    drafts = [T3, X, Y, Z, W, 99, 98]
+    assert h.continuation(7)[0][0] == T2  # the plain lookup: no candidate against the first draft
+    # the copy runs from the last line's "W NL" into the present: the line it copies is the drafted one
+    assert splice(drafts, h, 7) == [T3, X, Y, Z, W, NL, T3]
+    assert choose(drafts, h, 7, Edge()) == ([T3, X, Y, Z, W, NL, T3], drafts, True)
+    assert splice([T3, X, Y, Z, W, NL, T3], h, 7) is None  # the drafts already say what the copy says
+    assert splice([T3, X, Y, Z, 99, NL, T2], h, 7) is None  # the copy must start with the drafter's next draft
+    assert splice([T3, 55, 56, 57, 58, 59, 60], h, 7) is None  # nothing of the drafts occurred before
 
 
 def test_a_slot_whose_copies_earn_less_verifies_its_blocks():
