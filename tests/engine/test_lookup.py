@@ -183,3 +183,37 @@ def test_adaptive_drafting_learns_from_the_drafter_not_the_copies(tiny, monkeypa
     assert res.stats.n_lookup_accepted == res.stats.n_accepted > 0  # every chain was the (right) copy
     assert seen and sum(m for _, m in seen) <= len(seen) // 4, seen  # ...but the policy saw the drafter's own
     assert res.stats.n_draft_steps < res.stats.n_steps / 2  # so it paused, as for any useless drafter
+
+
+def test_a_block_that_held_the_bonus_is_not_counted_as_failing_after_it(tiny, monkeypatch):
+    """A verified copy rejected at m while the drafter's block also had the target's pick there: the block is known
+    to be right through m + 1 and untested past it. Counted as k drafts with m + 1 accepted, that lower bound taught
+    adaptive drafting a rejection that never happened, wherever copies went in; it sees m + 1 of m + 1."""
+    from pydflash.engine import engine as engine_mod
+
+    p = tiny("gemma3")
+    prompt = "hello world, once more"
+    with api.load(p.target, config=EngineConfig(n_ctx_slot=512)) as plain:
+        toks = plain.tokenize(prompt)
+        greedy = plain.generate(toks, max_tokens=200, ignore_eos=True).tokens
+        n_vocab = plain.engine.model.n_vocab
+    truth = toks + greedy
+
+    def copy_wrong_at_2(drafts, history, k, edge):
+        at = len(history.tokens)
+        block = truth[at:at + len(drafts)]  # a perfect block
+        copy = list(block)
+        if len(copy) > 2:
+            copy[2] = (copy[2] + 1) % n_vocab
+        return copy, block, True
+
+    monkeypatch.setattr(engine_mod.lookup, "choose", copy_wrong_at_2)
+    with api.load(p.target, p.drafter, config=EngineConfig(n_ctx_slot=512, adaptive=True)) as llm:
+        seen = []
+        observe = llm.engine.drafting.observe
+        llm.engine.drafting.observe = lambda pol, k, m: (seen.append((k, m)), observe(pol, k, m))
+        res = llm.generate(toks, max_tokens=120, ignore_eos=True)
+    assert res.tokens == greedy[:120]
+    censored = [(k, m) for k, m in seen if m == 3]  # copies rejected at 2, the block right through the bonus
+    assert censored and all(k == 3 for k, _ in censored), seen
+    assert res.stats.n_draft_steps > res.stats.n_steps / 2  # the block was never wrong: drafting never paused
