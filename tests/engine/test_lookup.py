@@ -156,6 +156,23 @@ def test_would_accept_scores_the_unverified_chain():
     assert would_accept([4, 3, 3, 3], chain, [4, 0, 0, 0, 0], 0) == 1  # the block had the target's pick
 
 
+def greedy_truth(pair, prompt: str = "hello world, once more") -> tuple[list[int], list[int], int]:
+    """The prompt's tokens, plain greedy's 200-token continuation, and the vocabulary size: the text a stand-in
+    ``choose`` copies from."""
+    with api.load(pair.target, config=EngineConfig(n_ctx_slot=512)) as plain:
+        toks = plain.tokenize(prompt)
+        return toks, plain.generate(toks, max_tokens=200, ignore_eos=True).tokens, plain.engine.model.n_vocab
+
+
+def run_observed(pair, toks: list[int]) -> tuple[object, list[tuple[int, int]]]:
+    """120 tokens of adaptive speculation, and every (drafts, accepted) the policy was taught."""
+    with api.load(pair.target, pair.drafter, config=EngineConfig(n_ctx_slot=512, adaptive=True)) as llm:
+        seen = []
+        observe = llm.engine.drafting.observe
+        llm.engine.drafting.observe = lambda pol, k, m: (seen.append((k, m)), observe(pol, k, m))
+        return llm.generate(toks, max_tokens=120, ignore_eos=True), seen
+
+
 def test_adaptive_drafting_learns_from_the_drafter_not_the_copies(tiny, monkeypatch):
     """Every verified chain is a copy the target accepts whole (here: plain greedy's own continuation, fed as the
     copy), while the tiny random drafter's blocks earn nothing. The policy must see the drafter's 0s, or a useless
@@ -163,10 +180,7 @@ def test_adaptive_drafting_learns_from_the_drafter_not_the_copies(tiny, monkeypa
     from pydflash.engine import engine as engine_mod
 
     p = tiny("gemma3")
-    prompt = "hello world, once more"
-    with api.load(p.target, config=EngineConfig(n_ctx_slot=512)) as plain:
-        toks = plain.tokenize(prompt)
-        greedy = plain.generate(toks, max_tokens=200, ignore_eos=True).tokens
+    toks, greedy, _ = greedy_truth(p)
     truth = toks + greedy
 
     def copy_truth(drafts, history, k, edge):
@@ -174,11 +188,7 @@ def test_adaptive_drafting_learns_from_the_drafter_not_the_copies(tiny, monkeypa
         return truth[at:at + k], drafts, True
 
     monkeypatch.setattr(engine_mod.lookup, "choose", copy_truth)
-    with api.load(p.target, p.drafter, config=EngineConfig(n_ctx_slot=512, adaptive=True)) as llm:
-        seen = []
-        observe = llm.engine.drafting.observe
-        llm.engine.drafting.observe = lambda pol, k, m: (seen.append((k, m)), observe(pol, k, m))
-        res = llm.generate(toks, max_tokens=120, ignore_eos=True)
+    res, seen = run_observed(p, toks)
     assert res.tokens == greedy[:120]
     assert res.stats.n_lookup_accepted == res.stats.n_accepted > 0  # every chain was the (right) copy
     assert seen and sum(m for _, m in seen) <= len(seen) // 4, seen  # ...but the policy saw the drafter's own
@@ -192,11 +202,7 @@ def test_a_block_that_held_the_bonus_is_not_counted_as_failing_after_it(tiny, mo
     from pydflash.engine import engine as engine_mod
 
     p = tiny("gemma3")
-    prompt = "hello world, once more"
-    with api.load(p.target, config=EngineConfig(n_ctx_slot=512)) as plain:
-        toks = plain.tokenize(prompt)
-        greedy = plain.generate(toks, max_tokens=200, ignore_eos=True).tokens
-        n_vocab = plain.engine.model.n_vocab
+    toks, greedy, n_vocab = greedy_truth(p)
     truth = toks + greedy
 
     def copy_wrong_at_2(drafts, history, k, edge):
@@ -208,11 +214,7 @@ def test_a_block_that_held_the_bonus_is_not_counted_as_failing_after_it(tiny, mo
         return copy, block, True
 
     monkeypatch.setattr(engine_mod.lookup, "choose", copy_wrong_at_2)
-    with api.load(p.target, p.drafter, config=EngineConfig(n_ctx_slot=512, adaptive=True)) as llm:
-        seen = []
-        observe = llm.engine.drafting.observe
-        llm.engine.drafting.observe = lambda pol, k, m: (seen.append((k, m)), observe(pol, k, m))
-        res = llm.generate(toks, max_tokens=120, ignore_eos=True)
+    res, seen = run_observed(p, toks)
     assert res.tokens == greedy[:120]
     censored = [(k, m) for k, m in seen if m == 3]  # copies rejected at 2, the block right through the bonus
     assert censored and all(k == 3 for k, _ in censored), seen
