@@ -59,26 +59,25 @@ class History:
         spans fewer than min_match. A match that runs into the present (a loop shorter than k) continues the loop.
         ``extra``: tokens taken to follow the history (drafts not yet verified): the lookup is keyed on the
         history's end followed by them, and finds its occurrence in the history itself."""
-        toks, n_hist = self.tokens, len(self.tokens)
-        total = n_hist + len(extra)
+        toks = self.tokens
+        total = len(toks) + len(extra)
         if k <= 0 or total < NGRAM:
             return [], 0
         self._index()
-
-        def at(i: int) -> int:
-            return toks[i] if i < n_hist else extra[i - n_hist]
-
-        j = self.last.get(tuple(toks[-NGRAM:]) if not extra else tuple(at(i) for i in range(total - NGRAM, total)))
+        # the sequence's last tokens, the drafts' included: a match is counted back at most LONG_MATCH of them
+        end = toks[-LONG_MATCH:] + list(extra) if extra else toks
+        j = self.last.get(tuple(end[-NGRAM:]))
         if j is None:
             return [], 0
         n = NGRAM
-        while n < LONG_MATCH and j - n >= 0 and toks[j - n] == at(total - 1 - n):
+        while n < LONG_MATCH and j - n >= 0 and toks[j - n] == end[-1 - n]:
             n += 1
         if n < min_match:  # copies.py asks every slot in every step: no chain built for nothing
             return [], n
         period = total - 1 - j
-        end = j + 1 + min(k, period)
-        out = toks[j + 1:end] if end <= n_hist else [at(i) for i in range(j + 1, end)]
+        out = toks[j + 1:j + 1 + min(k, period)]
+        if extra:  # past the history, the copy reads the drafts
+            out += extra[:min(k, period) - len(out)]
         while len(out) < k:  # the copy reached the end of the history: what it copied since repeats
             out.append(out[len(out) - period])
         return out, n
