@@ -192,6 +192,8 @@
 # the staging call itself (no throwaway first: a refusal costs the same). Then parts 2-5, the drafter GGUF back in the
 # tree, part 6, fast1 (304 s, ~180 of it the -j16 build's wait), a traced fast1 (58 s), scale4b-a (192 s, the models
 # included), part t0, part t1, train 380 (488 s): 1,676 s of 1,800 used in all.
+# 2026-12-07 (seventeenth session): 124 s of device time left at the first step (`can_start_another: false`), too
+# little for a start: no call.
 # What a whole issue-13 run costs (2026-12-02, docs/results/2026-12-02-h200-g, 1,800 s in all): setup ~60 s; `hooks` 362 s
 # (it waits for the build); `http` with py-plain,py-synth8,native-bs,py-random,py-dflash at 1,4,8,16 x 5 rounds
 # 307 s; native-plain,native-dflash,native-synth4,native-synth8 x 3 rounds 523 s; native-synth1 alone 437 s. A
