@@ -9,6 +9,7 @@
 #                     build detached (survives the call), check that the server's imports resolve; beside it, the
 #                     pristine build: llama-server alone from the same pinned source with patches/ reverted (checked
 #                     against the sdist's files, g1/pristine.sha256), a user's cmake flags, in $W/pristine
+#                     (NO_PRISTINE=1: not now; `remote.sh pristine` starts it later, once the patched build is done)
 #   remote.sh part N  stash model part(s) from gN (N = 2 .. the last folder prepare_carry.sh made); part t0, part t1
 #                     stage what SLIM=1 took out of the tree for `train` (the shipped safetensors, the data runs).
 #                     The parts were sized for the tree when they were packed, with 1 MB of slack: once the tree has
@@ -397,6 +398,12 @@ prebuilt() {  # patched|pristine: unpack $W/build-<which>.txz.NN into $W when it
     if [ ! -e $lib ] || ldd $lib | grep -q "not found"; then echo "prebuilt $which: $lib does not resolve: building"; return 1; fi
 }
 
+build_pristine() {  # JOBS: llama-server from $W/pristine, detached (survives the call); pristine.rc when done
+    setsid nohup bash -c "cd $W/pristine && cmake -S . -B build $PRISTINE_CMAKE > $W/pristine_configure.log 2>&1 \
+        && cmake --build build -j$1 --target llama-server > $W/pristine_build.log 2>&1; echo \$? > $W/pristine.rc" \
+        > /dev/null 2>&1 &
+}
+
 BENCH="python3 scripts/bench/engine.py --ngl -1 --threads 8"
 ADAPTIVE="adaptive, random drafter;adaptive, random drafter, 32k head;trained drafter, adaptive"
 case "$1" in
@@ -442,13 +449,20 @@ start)
             > /dev/null 2>&1 &
     fi
     # -j8 each (the patched build above too): the two builds share the 16 cores
-    [ -f $W/pristine.rc ] || setsid nohup bash -c "cd $W/pristine && cmake -S . -B build $PRISTINE_CMAKE \
-        > $W/pristine_configure.log 2>&1 \
-        && cmake --build build -j${PRISTINE_JOBS:-8} --target llama-server > $W/pristine_build.log 2>&1; echo \$? > $W/pristine.rc" \
-        > /dev/null 2>&1 &
+    [ -f $W/pristine.rc ] || build_pristine ${PRISTINE_JOBS:-8}
     echo started build; nvidia-smi --query-gpu=name,memory.total --format=csv
     PYTHONPATH=$W/site timeout 60 python3 -c 'import fastapi, starlette, pydantic, uvicorn, sse_starlette, prometheus_client
 import jinja2, httpx, gguf, numpy, lzma; print("imports ok", fastapi.__version__, pydantic.__version__)' 2>&1 || true ;;
+pristine)  # remote.sh pristine: the pristine build after a `start` with NO_PRISTINE=1, once the patched one is done (then
+    # at -j16: the pydflash-only calls ran first, on a machine the builds were not sharing)
+    [ -f $W/configure.log ] || { echo "pristine: run remote.sh start first"; exit 1; }
+    [ "$(cat $W/pristine.rc 2>/dev/null)" = 0 ] && { echo "pristine: already built"; exit 0; }
+    wait_patched
+    rm -f $W/pristine.rc
+    pristine_tree > $W/pristine_check.log 2>&1 \
+        || { echo "the pristine tree is not the sdist's: $(tail -3 $W/pristine_check.log)"; echo 1 > $W/pristine.rc; exit 1; }
+    build_pristine ${PRISTINE_JOBS:-16}
+    echo "pristine: build started at ${SECONDS} s" ;;
 packbuild)  # remote.sh packbuild patched|pristine: that finished build back as build-<which>.txz.NN (15 MiB parts, at most
     # 4: 64 MiB come back a call) with its key and sha256, for scripts/dev/store_build.sh; not when it failed or
     # was built without patches 0006 / 0007
