@@ -29,7 +29,7 @@ import numpy as np
 from ..cache.config import CacheConfig
 from ..config import EngineConfig
 from ..errors import ContextOverflow, EngineClosed, InvalidRequest, InvariantError
-from ..native import Context, ContextParams, state
+from ..native import Context, ContextParams, spare, state
 from ..native.handles import LLAMA_MAX_SEQ
 from ..native.grammar import Grammar
 from ..pair import Pair
@@ -105,7 +105,7 @@ class Engine:
                 pair.drafter,
                 ContextParams(n_ctx=n_ctx, n_batch=n_ub, n_ubatch=n_ub, n_seq_max=config.n_slots,
                               n_outputs_max=config.n_slots * span, n_outputs_max_per_seq=span,
-                              n_threads=config.n_threads, n_seq_spare=n_spare),
+                              n_threads=config.n_threads, n_seq_spare=n_spare, spare_sched=spare.for_drafter()),
                 ctx_other=self.target_ctx,
                 causal=False,
             )

@@ -164,6 +164,8 @@ llama_model_target_layer_ids = _declare(
 llama_model_target_layer_ids_n = _declare("llama_model_target_layer_ids_n", [c_model_p], ctypes.c_uint32)
 # llama_context * llama_get_ctx_other(struct llama_context * ctx);
 llama_get_ctx_other = _declare("llama_get_ctx_other", [c_ctx_p], c_ctx_p)
+# void llama_set_spare_sched_ext(struct llama_context * ctx, bool on);  (patches/0012)
+llama_set_spare_sched_ext = _declare("llama_set_spare_sched_ext", [c_ctx_p, ctypes.c_bool], None)
 
 # Hot-path bindings declared directly on the library: the engine calls these once per row / per output every
 # step, and llama-cpp-python's Python-level wrappers cost more than the calls themselves.

@@ -18,8 +18,8 @@ from ..errors import DecodeError, InvalidBatch, KVSlotFull, RollbackError
 from ._lib import (
     C, embeddings_layer_inp_addr,
     get_sampled_candidates_count_ith, get_sampled_candidates_ith, get_sampled_probs_count_ith, get_sampled_probs_ith,
-    get_sampled_token_ith, get_sampled_tokens, llama_set_embeddings_layer_inp, memory_seq_cp, memory_seq_pos_max,
-    memory_seq_pos_min, memory_seq_rm, raise_if_interrupted, sampler_accept,
+    get_sampled_token_ith, get_sampled_tokens, llama_set_embeddings_layer_inp, llama_set_spare_sched_ext,
+    memory_seq_cp, memory_seq_pos_max, memory_seq_pos_min, memory_seq_rm, raise_if_interrupted, sampler_accept,
 )
 from .features import LayerRows
 from .handles import ContextParams, Model
@@ -184,6 +184,8 @@ class Context:
         if not ptr:
             raise DecodeError(-1, f"creating a context for {model.path} (n_ctx={params.n_ctx})")
         self._ptr = ptr
+        if params.spare_sched:
+            llama_set_spare_sched_ext(ptr, True)
         self.causal = causal
         if not causal:
             C.llama_set_causal_attn(ptr, False)

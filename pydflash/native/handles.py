@@ -235,6 +235,10 @@ class ContextParams:
     # each sequence its own stream: attention then spans a sequence's own cells instead of every cell in use
     # (the engine allows streams for plain decoding only, EngineConfig).
     kv_unified: bool = True
+    # patches/0012: a second scheduler, so that batches with and without outputs each keep their graph allocated (a
+    # DFlash drafter's feature injection and its block alternate every drafting step and otherwise rebuild each
+    # other's graph). Its buffers grow to the graphs it is given: worth it where the two kinds alternate
+    spare_sched: bool = False
 
     def __post_init__(self):
         for name in ("n_ctx", "n_batch", "n_ubatch", "n_seq_max"):

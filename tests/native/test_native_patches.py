@@ -273,17 +273,21 @@ def test_greedy_drafter_picks_skip_the_vocabulary_scatter(tiny, tmp_path):
 
 
 def test_spare_scheduler_keeps_the_injection_and_block_graphs(tiny):
-    """patches/0012 (PYDFLASH_SPARE_SCHED=1): a drafting step injects feature rows (a batch without outputs) and then
-    runs the block (with outputs) on the drafter's context. llama.cpp keeps one allocated graph per context, so the
-    two rebuilt each other's graph every step: no drafter forward reused one. With the spare scheduler each slot's
-    graph stays allocated: with a fixed block (and a random drafter, whose injections are one row each) most
-    drafter forwards reuse their graph, and the output is the same."""
+    """patches/0012: a drafting step injects feature rows (a batch without outputs) and then runs the block (with
+    outputs) on the drafter's context. llama.cpp keeps one allocated graph per context, so the two rebuilt each
+    other's graph every step: no drafter forward reused one (PYDFLASH_SPARE_SCHED=0 turns the spare off). The engine
+    gives the drafter's context a spare scheduler (llama_set_spare_sched_ext) by default: with a fixed block (and a
+    random drafter, whose injections are one row each) most drafter forwards reuse their graph, and the output is the
+    same; PYDFLASH_SPARE_SCHED=1, a spare for every context, does the same for the drafter."""
     import json
 
     p = tiny("gemma3")
-    plain, _ = run_probe("reuse", p.target, p.drafter, verbose=False)
-    spare, _ = run_probe("reuse", p.target, p.drafter, verbose=False, PYDFLASH_SPARE_SCHED="1")
-    plain, spare = json.loads(plain), json.loads(spare)
-    assert spare["tokens"] == plain["tokens"] and spare["drafter_forwards"] == plain["drafter_forwards"]
-    assert plain["drafter_reused"] == 0, plain
-    assert spare["drafter_reused"] >= plain["drafter_forwards"] // 2, spare
+    runs = {env: json.loads(run_probe("reuse", p.target, p.drafter, verbose=False,
+                                      **({"PYDFLASH_SPARE_SCHED": env} if env else {}))[0])
+            for env in ("0", "", "1")}
+    off = runs["0"]
+    assert off["drafter_reused"] == 0, off
+    for env in ("", "1"):
+        on = runs[env]
+        assert on["tokens"] == off["tokens"] and on["drafter_forwards"] == off["drafter_forwards"], (env, on)
+        assert on["drafter_reused"] >= off["drafter_forwards"] // 2, (env, on)
