@@ -281,11 +281,13 @@ DEFAULT_CONDITIONS = [
 DIAG_CONDITIONS = [
     Condition("py-plain-nodevice", "pydflash", "pydflash plain, no device tier (--cache-device 0)",
               ("--no-spec", "--cache-device", "0")),
-    # patches/0012 on for the shipped pair: whether keeping the drafter's injection and block graphs allocated pays
-    # where the rebuilds were measured to cost most (Gemma-3-270M: the drafter's part of a drafting step 1.26 ms at
-    # one slot against 0.47-0.50 ms for its block alone)
-    Condition("py-dflash-spare", "pydflash", "pydflash, shipped drafter, PYDFLASH_SPARE_SCHED=1", (), "shipped",
-              (("PYDFLASH_SPARE_SCHED", "1"),)),
+    # patches/0012 for the shipped pair: the engine gives the drafter's context a spare scheduler by default (its
+    # injection and block graphs stay allocated; on Gemma-3-270M the drafter's part of a drafting step took 1.26 ms
+    # at one slot against 0.47-0.50 ms for its block alone); without it, and with one for every context
+    Condition("py-dflash-nospare", "pydflash", "pydflash, shipped drafter, PYDFLASH_SPARE_SCHED=0 (no spare scheduler)",
+              (), "shipped", (("PYDFLASH_SPARE_SCHED", "0"),)),
+    Condition("py-dflash-spare", "pydflash", "pydflash, shipped drafter, PYDFLASH_SPARE_SCHED=1 (every context)",
+              (), "shipped", (("PYDFLASH_SPARE_SCHED", "1"),)),
 ]
 BENCH_DIR = REPO / "scripts" / "bench"
 FRESH_PROMPTS = BENCH_DIR / "prompts_fresh_v1.jsonl"
@@ -321,7 +323,7 @@ WORKLOADS = [
     Workload("recur-cp0", "fresh prompts, recurring, non-streamed, requests with cache_prompt: false", "recur",
              conds=("native-bs", "py-plain", "py-dflash"), body=(("cache_prompt", False),)),
     Workload("evalset", "the drafter's frozen evaluation set, recurring, non-streamed", "recur",
-             conds=("py-plain", "py-dflash", "py-dflash-spare"), prompts="evalset"),
+             conds=("py-plain", "py-dflash", "py-dflash-spare", "py-dflash-nospare"), prompts="evalset"),
 ]
 DEFAULT_WORKLOADS = "recur,recur-stream,noreuse,chat"
 

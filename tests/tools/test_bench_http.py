@@ -236,15 +236,17 @@ def test_the_evalset_workload_walks_the_drafters_frozen_set_for_plain_and_the_pa
     for start in range(0, 108 - 27):
         stretch = [kind[t] for t in texts[start:start + 27]]
         assert all(abs(stretch.count(k) - n / 4) <= 2 for k, n in size.items()), (start, stretch)
-    assert [bench_http.runs_workload(wl, c) for c in ("py-plain", "py-dflash", "py-dflash-spare", "native-bs",
-                                                      "py-random")] == [True, True, True, False, False]
-    # the pair's patches/0012 twin (asked for by name) is the pair's server with the spare scheduler and nothing else
+    twins = ("py-dflash-spare", "py-dflash-nospare")
+    assert [bench_http.runs_workload(wl, c) for c in ("py-plain", "py-dflash", *twins, "native-bs", "py-random")] == \
+        [True, True, True, True, False, False]
+    # the pair's patches/0012 twins (asked for by name) are the pair's server with the variable set and nothing else
     diag = {c.id: c for c in bench_http.DIAG_CONDITIONS}
     pair = {c.id: c for c in bench_http.DEFAULT_CONDITIONS}["py-dflash"]
-    spare = diag["py-dflash-spare"]
     a, drafters = defaults_args(ngl=-1), {"shipped": "D", "random": "R"}
-    assert bench_http.server_args(spare, a, "T", drafters) == bench_http.server_args(pair, a, "T", drafters)
-    assert pair.env == () and spare.env == (("PYDFLASH_SPARE_SCHED", "1"),)
+    for twin, value in zip(twins, ("1", "0")):
+        assert bench_http.server_args(diag[twin], a, "T", drafters) == bench_http.server_args(pair, a, "T", drafters)
+        assert diag[twin].env == (("PYDFLASH_SPARE_SCHED", value),)
+    assert pair.env == ()
     assert wl.id not in bench_http.DEFAULT_WORKLOADS.split(",")  # asked for by name: not in the defaults table
     rows = [t for t in bench_http.DEFAULT_TARGETS if t[1] == "evalset"]
     assert [(t[3], t[6]) for t in rows] == [(1, 1.3), (8, 1.1)]
