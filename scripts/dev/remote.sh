@@ -195,6 +195,12 @@
 # included), part t0, part t1, train 380 (488 s): 1,676 s of 1,800 used in all.
 # 2026-12-07 (seventeenth session): 124 s of device time left at the first step (`can_start_another: false`), too
 # little for a start: no call.
+# 2026-12-07 (eighteenth session, the same checkout; g0 / g0b packed again for the new patches/0012, same method):
+# refused at 11:33 and 11:49 (180 s each), 12:01 (180 s), three "none tried" answers (15 s each); the try at 12:14
+# naming nvidia-h100-x1 got an H100 and made the staging call itself (NO_PRISTINE=1 PATCHED_JOBS=16). Parts 2-6
+# (~5 s each), fast1 with four pydflash servers (359 s, ~190 of it the build's wait), `pristine` (0.3 s) and right
+# after it scale4b-a with native (371 s: models beside the pristine build, which ended in time), two short fast1
+# runs (58 s, 85 s): 1,582 s of 1,800 used in all.
 # What a whole issue-13 run costs (2026-12-02, docs/results/2026-12-02-h200-g, 1,800 s in all): setup ~60 s; `hooks` 362 s
 # (it waits for the build); `http` with py-plain,py-synth8,native-bs,py-random,py-dflash at 1,4,8,16 x 5 rounds
 # 307 s; native-plain,native-dflash,native-synth4,native-synth8 x 3 rounds 523 s; native-synth1 alone 437 s. A
