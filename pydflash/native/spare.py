@@ -3,7 +3,8 @@
 llama.cpp keeps one allocated graph per context. A drafting step runs two batch kinds on the drafter's context, one
 after the other: the feature injection (rows without outputs) and the block (outputs). Each rebuilt and reallocated
 the other's graph every step; on Gemma-3-270M on an H200 the drafter's part of a drafting step took 1.26 ms at one
-slot against 0.47-0.50 ms for its block alone. With a second scheduler each kind keeps its graph allocated.
+slot against 0.47-0.50 ms for its block alone. With a second scheduler each kind keeps its graph allocated: through
+pydflash-server on an H100 at one client, 0.50 ms against 0.64 ms without (docs/benchmarks.md, eighteenth session).
 
 Only the drafter's context gets one: its two kinds alternate every drafting step, while the target's batches nearly
 all have outputs (a prompt chunk without one is rare), and a spare's buffers grow to whatever graphs it is given,
