@@ -46,8 +46,9 @@ SLOTS = 16
 GAP = 3  # steps between a request's end and its replacement (the client's turnaround)
 
 
-def phase(eng, make, total: int, clients: int) -> dict:
-    """Closed loop: ``clients`` requests at once, each replaced GAP steps after it ends, until ``total`` were sent."""
+def phase(eng, make, total: int, clients: int, after_step=None) -> dict:
+    """Closed loop: ``clients`` requests at once, each replaced GAP steps after it ends, until ``total`` were sent.
+    ``after_step()``, if given, runs after every step (outside the timed steps' count, inside the wall time)."""
     sent, live, pending = 0, set(), []
     for _ in range(clients):
         live.add(eng.submit(make(sent)))
@@ -57,6 +58,8 @@ def phase(eng, make, total: int, clients: int) -> dict:
     while live or pending:
         events = eng.step()
         steps += 1
+        if after_step is not None:
+            after_step()
         while pending and pending[0] <= steps:
             pending.pop(0)
             live.add(eng.submit(make(sent)))

@@ -88,18 +88,15 @@ def child(a) -> int:
         eng.prompt_cache.reuse_rate = 0.0  # as after a long run of traffic that reused nothing
     fresh = (REPO / "scripts/bench/prompts_fresh_v1.jsonl").read_text().splitlines()
     toks = [llm.tokenize(json.loads(x)["prompt"]) for x in fresh]
-    kept, step = [], eng.step
+    kept = []
 
-    def traced_step():
-        events = step()
+    def record_kept():
         if eng.prompt_cache is not None:
             kept.append(eng.prompt_cache.kept_now()[1])
-        return events
 
-    eng.step = traced_step
     print(BEGIN, file=sys.stderr, flush=True)
     res = kept_cells.phase(eng, lambda i: Request(prompt=toks[i % len(toks)], max_tokens=a.tokens, ignore_eos=True),
-                           a.requests, a.clients)
+                           a.requests, a.clients, after_step=record_kept)
     print(END, file=sys.stderr, flush=True)
     res["kept_cells_mean"] = round(statistics.mean(kept), 1) if kept else 0.0
     llm.close()
