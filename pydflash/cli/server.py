@@ -53,8 +53,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("-t", "--threads", type=int, default=0, help="threads (0 = llama.cpp default)")
     add_placement_args(g)
     g.add_argument("--draft-max", type=int, default=None, help="drafts per step (default: trained block - 1)")
-    g.add_argument("--no-draft-adaptive", action="store_true",
-                   help="always draft --draft-max tokens (default: shrink drafting while it does not pay)")
+    # None = not given: adaptive, except under --spec-synth-len, whose forced acceptance assumes a fixed block
+    g.add_argument("--draft-adaptive", action=argparse.BooleanOptionalAction, default=None,
+                   help="shrink drafting, down to none, while it does not pay (default: on); --no-draft-adaptive: "
+                        "always draft --draft-max tokens")
     g.add_argument("--no-lookup", action="store_true",
                    help="verify only the drafter's blocks, never a continuation copied from the text itself")
     g.add_argument("--no-spec", action="store_true", help="plain decoding through the same engine")
@@ -73,8 +75,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     c.add_argument("--slot-save-path", metavar="DIR", default=None,
                    help="directory for POST /slots/{id}?action=save|restore files (default: those are refused)")
     g.add_argument("--spec-synth-len", metavar="L", type=float, default=None,
-                   help="benchmarking only: force this mean acceptance length with a fixed draft block; "
-                        "the text is not valid output")
+                   help="benchmarking only: force this mean acceptance length, with a fixed draft block unless "
+                        "--draft-adaptive (L = 1 then stands for a useless drafter); the text is not valid output")
     p.add_argument("-v", "--verbose", action="store_true", help="log requests and model loads")
     return p.parse_args(argv)
 
@@ -103,8 +105,7 @@ def build_models(args):
         n_slots=args.parallel, n_ctx_slot=args.ctx_size, n_batch=args.batch_size, n_threads=args.threads,
         n_gpu_layers=gpu_layers(args), rpc=args.rpc if args.rpc is not None else (),
         rpc_allow_public=args.rpc_allow_public, draft_max=args.draft_max,
-        # forced acceptance assumes a fixed block (as pydflash-speculative --spec-synth-len)
-        draft_adaptive=not args.no_draft_adaptive and args.spec_synth_len is None,
+        draft_adaptive=args.draft_adaptive if args.draft_adaptive is not None else args.spec_synth_len is None,
         lookup=not args.no_lookup, chat_template=args.chat_template, max_queue=args.max_queue,
         cache_reuse=not args.no_cache_reuse, cache_device_cells=args.cache_device, cache_ram_mib=args.cache_ram,
         checkpoint_every=args.ctx_checkpoint_every, slot_save_path=save_path, synth_len=args.spec_synth_len,

@@ -309,7 +309,7 @@ class Engine:
         if self.copies is None:
             return {}
         found = [(slot, chain) for slot, k in plan if not k
-                 for chain in (self.copies.candidate(slot.copies, slot.history, slot.draft_max),) if chain]
+                 for chain in (self.copies.candidate(slot.copies, slot.history, slot.draft_room),) if chain]
         if not found:
             return {}
         ks = self.copies.choose(len(plan), [(slot.copies, len(chain)) for slot, chain in found],
@@ -380,12 +380,12 @@ class Engine:
         if self.drafter is None:
             return [(s, 0) for s in running], False
         if not self.config.adaptive:
-            return [(s, s.draft_max) for s in running], True
+            return [(s, s.draft_room) for s in running], True
         if any(s.draft_max for s in running) and self.drafting.paused_step(len(running)):
             for s in running:  # what a plan without ``keep`` says
                 s.keeps_features = True
             return [(s, 0) for s in running], False
-        plan = self.drafting.plan([(s.policy, s.draft_max) for s in running])
+        plan = self.drafting.plan([(s.policy, s.draft_room) for s in running])
         for s, kept in zip(running, plan.keep or itertools.repeat(True)):
             s.keeps_features = kept
         return list(zip(running, plan.drafts)), plan.features

@@ -79,6 +79,13 @@ class Slot:
     drafter_checked: tuple = ()
 
     @property
+    def draft_room(self) -> int:
+        """Drafts worth verifying this step: draft_max, less what max_tokens lets out. A step commits at most
+        drafts + 1 tokens, and drafts past max_tokens would be verified only to be cut (llama-server caps its drafts
+        the same way); capped, every accepted draft is emitted unless EOS or a stop string ends the text."""
+        return max(0, min(self.draft_max, self.request.max_tokens - len(self.generated) - 1))
+
+    @property
     def prefilled(self) -> bool:
         """The whole prompt but the anchor is in the target KV: the slot drafts and verifies."""
         return not self.prefill

@@ -109,7 +109,8 @@
 #                     then scripts/bench/http_vs_native.py --interleave against the pristine llama-server (-bs, and
 #                     native DFlash at the same synthetic L), 128 tokens, 3 rounds, clients 1,4,8,16.
 #                     scale4b-a: the models (F16 files written while llama.cpp still builds: numpy only), then the
-#                     targets' conditions native-bs, py-plain, py-synth5, py-random; scale4b-b: the rest of the
+#                     targets' conditions native-bs, py-plain, py-synth5, py-synth1-adaptive (the useless
+#                     drafter: a random one agrees with the random-weight target, 96 % accepted); scale4b-b: the rest of the
 #                     L = 1, 3, 5, 8 curve, py-synth1/3/8 and native-synth1/3/5/8. Needs part 0, 0b, 1b and start
 #                     only (no Gemma parts). SCALE_QUANT=Q8_0 benchmarks the Q8_0 target instead. JSON as
 #                     scale4b_{a,b}_<quant>.json (render locally: http_vs_native.py --render both); extra args go to
@@ -722,7 +723,7 @@ scale4b-a|scale4b-b)  # remote.sh scale4b-a|scale4b-b [scripts/bench/http_vs_nat
     python3 -m pydflash.factory.scale $S --shape qwen3-4b --quant Q4_K_M,Q8_0 2>&1 | grep -v "^\[\|^llama_model_quant" | tail -4
     cp $S/manifest.json $OUT/scale4b_models.json
     scale_budget $1 $tag 240 "the builds and the models"
-    only="native-bs,py-plain,py-synth5,py-random"
+    only="native-bs,py-plain,py-synth5,py-synth1-adaptive"  # the useless drafter: py-random agrees with this target
     [ $1 = scale4b-b ] && only="py-synth1,py-synth3,py-synth8,native-synth*"
     # SIGINT, not TERM: the script's finally blocks stop the servers it started (each in a session of its own)
     timeout -s INT -k 30 $left python3 scripts/bench/http_vs_native.py --interleave --ngl -1 --threads 8 \

@@ -71,3 +71,17 @@ def test_stop_string_matches_plain_greedy(tiny):
     assert spec.text == plain.text and spec.tokens == plain.tokens
     assert spec.finish_reason == plain.finish_reason == "stop"
     oracle.close()
+
+
+def test_no_drafts_past_max_tokens(tiny):
+    """Every draft accepted (synthetic), max_tokens 4 past the first block: the second step drafts the 3 that
+    max_tokens lets out, not a whole block whose tail would be verified only to be cut (so draft_n_accepted
+    never counts tokens that were not emitted)."""
+    p = tiny("qwen3")
+    k = p.block_size - 1
+    with synth_all(p) as llm:
+        res = llm.generate(llm.tokenize(PROMPT), max_tokens=k + 5, ignore_eos=True)
+    assert len(res.tokens) == k + 5
+    assert res.stats.n_steps == 2
+    assert res.stats.n_drafted == res.stats.n_accepted == k + 3
+    assert res.stats.n_generated - res.stats.n_accepted == res.stats.n_steps

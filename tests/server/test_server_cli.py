@@ -59,6 +59,11 @@ def test_cache_flags_reach_the_preset(tmp_path):
     assert (p.cache_reuse, p.cache_ram_mib, p.checkpoint_every) == (False, 0, 32)
     assert p.slot_save_path == str(tmp_path) and p.synth_len == 2.5
     assert not p.draft_adaptive  # forced acceptance assumes a fixed block, as pydflash-speculative
+    # unless asked for: a useless drafter (L = 1) under adaptive drafting, what the 4B-scale benchmark measures
+    synth_adaptive = build_models(parse_args(["--spec-synth-len", "1", "--draft-adaptive"])).presets["default"]
+    assert synth_adaptive.draft_adaptive and synth_adaptive.engine_config().adaptive
+    assert build_models(parse_args([])).presets["default"].draft_adaptive
+    assert not build_models(parse_args(["--no-draft-adaptive"])).presets["default"].draft_adaptive
     assert p.lookup and p.engine_config().lookup  # copied chains: on unless --no-lookup
     assert not build_models(parse_args(["--no-lookup"])).presets["default"].engine_config().lookup
     default = build_models(parse_args([])).presets["default"]

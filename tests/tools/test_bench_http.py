@@ -375,3 +375,17 @@ def test_each_synthetic_length_has_its_patches_0012_twin():
     assert [c.id for c in bench_http.select("py-synth*", "", table)] == ["py-synth1", "py-synth5", "py-synth8-thread"]
     assert [c.id for c in bench_http.select("py-synth5,py-synth5-spare", "", table)] == ["py-synth5", "py-synth5-spare"]
     assert not [c for c in bench_http.select("", "", table) if c.id.endswith("-spare")]
+
+
+def test_the_4b_useless_drafter_is_synthetic_and_adaptive():
+    """At 4B scale the useless drafter is py-synth1-adaptive (no draft ever accepted, adaptive drafting on), not
+    py-random: a random drafter beside a random-weight target agrees with it. It runs only where --only names it,
+    and the scale4b target set judges it against plain."""
+    table = bench_http.conditions((1, 5))
+    useless = {c.id: c for c in table}["py-synth1-adaptive"]
+    assert useless.args == ("--spec-synth-len", "1", "--draft-adaptive") and useless.server == "pydflash"
+    assert "py-synth1-adaptive" not in [c.id for c in bench_http.select("py-synth*", "", table)]
+    assert "py-synth1-adaptive" not in [c.id for c in bench_http.select("", "", table)]
+    assert [c.id for c in bench_http.select("py-synth1-adaptive", "", table)] == ["py-synth1-adaptive"]
+    rows = {what: (cond, ref) for what, cond, _, ref, _, _ in bench_http.TARGET_SETS["scale4b"]}
+    assert rows["useless drafter (L = 1), adaptive, every concurrency"] == ("py-synth1-adaptive", "py-plain")
