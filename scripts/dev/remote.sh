@@ -202,6 +202,12 @@
 # (~5 s each), fast1 with four pydflash servers (359 s, ~190 of it the build's wait), `pristine` (0.3 s) and right
 # after it scale4b-a with native (371 s: models beside the pristine build, which ended in time), two short fast1
 # runs (58 s, 85 s): 1,582 s of 1,800 used in all.
+# 2026-12-07 (nineteenth session, the same checkout and packs): the first try (naming nvidia-h100-x1, 13:51) got an
+# H100 and made the staging call (both builds at -j8). scale4b-a right after it spent its whole 574 s on the builds
+# and the models (F16 113 + 15 s, then the builds' wait and the quantizing) and ran no benchmark: with native rows,
+# call scale4b-a twice. Then scale4b-a (119 s, 4 servers x 2 levels x 4 rounds), scale4b-b (284 s, 7 servers x 2
+# levels x 2 rounds), SCALE_QUANT=Q8_0 scale4b-a (92 s), parts 2-6 (~5 s each), three fast1 calls (33, 138, 80 s):
+# 1,509 s of 1,800 in all.
 # What a whole issue-13 run costs (2026-12-02, docs/results/2026-12-02-h200-g, 1,800 s in all): setup ~60 s; `hooks` 362 s
 # (it waits for the build); `http` with py-plain,py-synth8,native-bs,py-random,py-dflash at 1,4,8,16 x 5 rounds
 # 307 s; native-plain,native-dflash,native-synth4,native-synth8 x 3 rounds 523 s; native-synth1 alone 437 s. A
