@@ -178,7 +178,7 @@ def bench():
 def test_synthetic_lengths_replace_the_default_ones(bench):
     assert [c.id for c in bench.conditions()] == [c.id for c in bench.CONDITIONS]
     ids = [c.id for c in bench.conditions([1, 3, 5, 8])]
-    assert [i for i in ids if "synth" in i and not i.endswith(("-thread", "-spare"))] == [
+    assert [i for i in ids if "synth" in i and not i.endswith(("-thread", "-spare", "-adaptive"))] == [
         "native-synth1", "native-synth3", "native-synth5", "native-synth8",
         "py-synth1", "py-synth3", "py-synth5", "py-synth8"]
     assert [i for i in ids if i.endswith("-spare")] == [f"py-synth{n}-spare" for n in (1, 3, 5, 8)]
@@ -199,7 +199,7 @@ def test_the_scale4b_targets(bench):
         "native-bs": {"levels": {"1": level(100.0), "8": level(600.0)}},
         "py-plain": {"levels": {"1": level(110.0), "8": level(700.0)}},
         "py-synth5": {"levels": {"1": level(210.0), "8": level(880.0)}},
-        "py-random": {"levels": {"1": level(107.0), "8": level(690.0)}}}}
+        "py-synth1-adaptive": {"levels": {"1": level(107.0), "8": level(690.0)}}}}
     v = {t["target"]: (t["ratios"], t["verdict"]) for t in bench.targets(report)}
     assert v["synthetic length 5, c1"] == ({"1": 2.1}, "met")
     assert v["synthetic length 5, c8"] == ({"8": 1.467}, "not met")
