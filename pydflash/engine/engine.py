@@ -244,6 +244,7 @@ class Engine:
         drafts = self._propose(plan, prefilling)                                             # propose
         others = self._copy_where_better(plan, drafts)                                       # (or copy)
         copied = self._copy_where_idle(plan, drafts, chunks)
+        self._trim_to_max_tokens(running, drafts)
         self._settle_features(active)
         self._before_verify()
         verdicts = self.verifier.verify([(s, drafts.get(s.seq, [])) for s in running], chunks,  # verify (+ prefill)
@@ -327,6 +328,17 @@ class Engine:
                 copied[slot.seq] = k
         return copied
 
+    @staticmethod
+    def _trim_to_max_tokens(running: list[Slot], drafts: dict[int, list[int]]) -> None:
+        """Drafts past what max_tokens lets out are not verified: they would be cut after the verify (llama-server
+        caps its drafts the same way), and counted as accepted. Only the verify span is cut: a DFlash block is
+        non-causal, so its first drafts depend on its length, and a shorter block drafts worse (on the frozen set,
+        blocks shortened at each request's end cost code 3.69 -> 3.66)."""
+        for slot in running:
+            d = drafts.get(slot.seq)
+            if d and len(d) > slot.draft_room:
+                drafts[slot.seq] = d[: slot.draft_room]
+
     def _settle_features(self, active: list[Slot]) -> None:
         """Feature rows a slot keeps pending past this step (it did not inject them) are still in the target's
         buffers, which the verify forward overwrites: copied out first. A drafting slot injected its rows straight
@@ -380,12 +392,12 @@ class Engine:
         if self.drafter is None:
             return [(s, 0) for s in running], False
         if not self.config.adaptive:
-            return [(s, s.draft_room) for s in running], True
+            return [(s, s.draft_max) for s in running], True
         if any(s.draft_max for s in running) and self.drafting.paused_step(len(running)):
             for s in running:  # what a plan without ``keep`` says
                 s.keeps_features = True
             return [(s, 0) for s in running], False
-        plan = self.drafting.plan([(s.policy, s.draft_room) for s in running])
+        plan = self.drafting.plan([(s.policy, s.draft_max) for s in running])
         for s, kept in zip(running, plan.keep or itertools.repeat(True)):
             s.keeps_features = kept
         return list(zip(running, plan.drafts)), plan.features

@@ -82,7 +82,8 @@ class Slot:
     def draft_room(self) -> int:
         """Drafts worth verifying this step: draft_max, less what max_tokens lets out. A step commits at most
         drafts + 1 tokens, and drafts past max_tokens would be verified only to be cut (llama-server caps its drafts
-        the same way); capped, every accepted draft is emitted unless EOS or a stop string ends the text."""
+        the same way); capped, every accepted draft is emitted unless EOS or a stop string ends the text. The
+        drafter's block keeps its length (``Engine._trim_to_max_tokens``); copies are made this long."""
         return max(0, min(self.draft_max, self.request.max_tokens - len(self.generated) - 1))
 
     @property
