@@ -74,13 +74,18 @@ def test_stop_string_matches_plain_greedy(tiny):
 
 
 def test_no_drafts_past_max_tokens(tiny):
-    """Every draft accepted (synthetic), max_tokens 4 past the first block: the second step drafts the 3 that
-    max_tokens lets out, not a whole block whose tail would be verified only to be cut (so draft_n_accepted
-    never counts tokens that were not emitted)."""
+    """Every draft accepted (synthetic), max_tokens 4 past the first block: the second step verifies the 3 drafts
+    that max_tokens lets out, not a whole block whose tail would be verified only to be cut (so draft_n_accepted
+    never counts tokens that were not emitted). The drafter still drafts its whole block: a DFlash block is
+    non-causal, and a shorter one drafts its first tokens worse."""
     p = tiny("qwen3")
     k = p.block_size - 1
     with synth_all(p) as llm:
+        drafter, blocks = llm.engine.drafter, []
+        propose = drafter.propose
+        drafter.propose = lambda plan, **kw: (blocks.append([n for _, n in plan if n]), propose(plan, **kw))[1]
         res = llm.generate(llm.tokenize(PROMPT), max_tokens=k + 5, ignore_eos=True)
+    assert [b for b in blocks if b] == [[k], [k]]  # (the prefill step only injects)
     assert len(res.tokens) == k + 5
     assert res.stats.n_steps == 2
     assert res.stats.n_drafted == res.stats.n_accepted == k + 3
