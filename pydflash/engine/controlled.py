@@ -126,7 +126,9 @@ class HostSampler:
         """Accepted count m and committed tokens from the target's verify rows (row i follows drafts[:i]); the
         committed state moves past them."""
         path, points, qs = self._path
-        if path != drafts or not points:  # not this step's drafts (a step without drafting): walk them again
+        # the engine verifies the drafts or a prefix of them (the span cut at max_tokens: Engine._trim_to_max_tokens),
+        # whose points and q rows are the path's own; anything else (a step without drafting) is walked again
+        if path[: len(drafts)] != drafts or not points:
             points = [self.point]
             for d in drafts:
                 points.append(points[-1].then(d))
