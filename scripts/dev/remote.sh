@@ -129,9 +129,10 @@
 #                     64 GB), then native-bs, py-plain and py-synth5 through HTTP at 1 and 8 clients, 2 rounds, 512
 #                     tokens of context per slot (three 19 GB servers and their KV in one H100's 80 GB), 128 tokens a
 #                     request. Needs part 0, 0b, 1b and start (NO_NATIVE=1 as for scale4b). JSON as scale31b.json.
-#                     Time, estimated (not yet run): the models ~3-4 min on 16 cores (drawing 30.7 G values, ggml's
-#                     Q4_K at ~20 M values/s a core, 18.7 GB written), the benchmark ~2-3 min; a call that the models
-#                     took runs the benchmark on the next call (the models are kept).
+#                     Time, measured on an H100 (2026-12-07, docs/results/2026-12-07-h100-d): the target 319 s and
+#                     the drafter 36 s on 16 cores once the patched build was done; the rest of that call ran the
+#                     1-client rounds and was cut in the 8-client ones, so run it twice: the second call (the models
+#                     kept) with --clients 8 --stem scale31b_c8 took 117 s.
 #   remote.sh scaleout replicas|split [scripts/bench/scale_out.py args...]  the nvidia-h200-x2 kind: past one GPU through
 #                     HTTP (docs/scale-out.md, "Measured on two GPUs"). Needs part 0, 0b, 1b, start, the Gemma parts
 #                     (replicas: the default pair) and Ray, which the image lacks: `part r0` .. `part rN` stage the
@@ -208,6 +209,11 @@
 # call scale4b-a twice. Then scale4b-a (119 s, 4 servers x 2 levels x 4 rounds), scale4b-b (284 s, 7 servers x 2
 # levels x 2 rounds), SCALE_QUANT=Q8_0 scale4b-a (92 s), parts 2-6 (~5 s each), three fast1 calls (33, 138, 80 s):
 # 1,509 s of 1,800 in all.
+# 2026-12-07 (twentieth session, the same checkout and packs): refused at 16:17 naming nvidia-h100-x1; at once with
+# nvidia-h200 an H100 came (~130 s of lease before the first call). Staging call (3 s), scale4b-a (429 s: builds and
+# models, no benchmark), scale4b-a (188 s, 4 servers x 4 levels x 3 rounds), scale31b (578 s: models 355 s, 1 client,
+# cut in the 8-client rounds), scale31b --clients 8 (117 s), then the L curve's 4- and 16-client rows with
+# http_vs_native.py called directly (46 s and 195 s, the second cut in its 4-client level): 1,738 s of 1,800.
 # What a whole issue-13 run costs (2026-12-02, docs/results/2026-12-02-h200-g, 1,800 s in all): setup ~60 s; `hooks` 362 s
 # (it waits for the build); `http` with py-plain,py-synth8,native-bs,py-random,py-dflash at 1,4,8,16 x 5 rounds
 # 307 s; native-plain,native-dflash,native-synth4,native-synth8 x 3 rounds 523 s; native-synth1 alone 437 s. A
