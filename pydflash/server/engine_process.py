@@ -163,8 +163,12 @@ def main(argv=None) -> None:
     # a native abort or fault mid-step (GGML_ASSERT, CUDA) kills the process without a Python traceback: dump every
     # thread's Python stack to stderr (the worker's, which the router reads for the last words)
     faulthandler.enable()
-    # Ctrl-C reaches the whole process group: this process ends when its worker stops it or goes away
+    # Ctrl-C reaches the whole process group, and so does a service manager's stop (systemd's default KillMode sends
+    # SIGTERM to every process of the unit): this process ends when its worker stops it or goes away. Ended by the
+    # signal instead, it died under a worker still shutting down, which then logged the ordinary stop as an engine
+    # death (ERROR, "the engine process ended (status -15)")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s engine %(name)s %(levelname)s %(message)s")
     conn = Connection(args.fd)
     preset = Preset.from_json(args.preset)
