@@ -215,6 +215,11 @@ CONDITIONS = [
     # accepted at 4B scale, 2026-12-07), so py-random tests nothing there. Runs where --only names it.
     Condition("py-synth1-adaptive", "pydflash", "pydflash, synthetic L=1, adaptive (a useless drafter)",
               ("--spec-synth-len", "1", "--draft-adaptive"), "shipped"),
+    # The synthetic rows above fix the block (15 drafts a step, as native's rows do); a user's server drafts
+    # adaptively. At 4B scale and 16 clients a fixed block of L = 5 ran at 0.75x pydflash plain (a 256-token verify):
+    # what the default policy makes of the same acceptance. Runs where --only names it.
+    Condition("py-synth5-adaptive", "pydflash", "pydflash, synthetic L=5, adaptive (the default policy)",
+              ("--spec-synth-len", "5", "--draft-adaptive"), "shipped"),
     # CUDA loads each kernel at its first launch by default (lazy module loading): a batch shape that needs kernels
     # no earlier step used pays for loading them, which a drafting server meets at many shapes. The A/B for that:
     Condition("py-dflash-eager", "pydflash", "pydflash, shipped drafter, adaptive, CUDA_MODULE_LOADING=EAGER", (),

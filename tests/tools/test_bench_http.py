@@ -389,3 +389,15 @@ def test_the_4b_useless_drafter_is_synthetic_and_adaptive():
     assert [c.id for c in bench_http.select("py-synth1-adaptive", "", table)] == ["py-synth1-adaptive"]
     rows = {what: (cond, ref) for what, cond, _, ref, _, _ in bench_http.TARGET_SETS["scale4b"]}
     assert rows["useless drafter (L = 1), adaptive, every concurrency"] == ("py-synth1-adaptive", "py-plain")
+
+
+def test_synthetic_l5_under_the_default_policy_is_opt_in():
+    """py-synth5-adaptive: the same synthetic acceptance as py-synth5 with adaptive drafting on, as a user's server
+    drafts (py-synth5 fixes a 15-draft block); never part of a run that does not name it."""
+    table = bench_http.conditions((1, 5))
+    row = {c.id: c for c in table}["py-synth5-adaptive"]
+    assert row.args == ("--spec-synth-len", "5", "--draft-adaptive") and row.server == "pydflash"
+    assert "py-synth5-adaptive" not in [c.id for c in bench_http.select("", "", table)]
+    assert "py-synth5-adaptive" not in [c.id for c in bench_http.select("py-synth*", "", table)]
+    assert [c.id for c in bench_http.select("py-synth5,py-synth5-adaptive", "", table)] == ["py-synth5",
+                                                                                          "py-synth5-adaptive"]
