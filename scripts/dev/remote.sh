@@ -110,7 +110,8 @@
 #                     native DFlash at the same synthetic L), 128 tokens, 3 rounds, clients 1,4,8,16.
 #                     scale4b-a: the models (F16 files written while llama.cpp still builds: numpy only), then the
 #                     targets' conditions native-bs, py-plain, py-synth5, py-synth1-adaptive (the useless
-#                     drafter: a random one agrees with the random-weight target, 96 % accepted); scale4b-b: the rest of the
+#                     drafter: a random one agrees with the random-weight target, 96 % accepted), py-synth5-adaptive
+#                     (L = 5 under the default policy, where py-synth5 fixes the block); scale4b-b: the rest of the
 #                     L = 1, 3, 5, 8 curve, py-synth1/3/8 and native-synth1/3/5/8. Needs part 0, 0b, 1b and start
 #                     only (no Gemma parts). SCALE_QUANT=Q8_0 benchmarks the Q8_0 target instead. JSON as
 #                     scale4b_{a,b}_<quant>.json (render locally: http_vs_native.py --render both); extra args go to
@@ -214,6 +215,8 @@
 # models, no benchmark), scale4b-a (188 s, 4 servers x 4 levels x 3 rounds), scale31b (578 s: models 355 s, 1 client,
 # cut in the 8-client rounds), scale31b --clients 8 (117 s), then the L curve's 4- and 16-client rows with
 # http_vs_native.py called directly (46 s and 195 s, the second cut in its 4-client level): 1,738 s of 1,800.
+# Missed: `packbuild patched` and `packbuild pristine` (12 s each) right after the first scale4b-a, which would have
+# filed packs for the next session on this checkout (gbp0 / gbq0: the next session's builds in seconds, not ~430 s).
 # What a whole issue-13 run costs (2026-12-02, docs/results/2026-12-02-h200-g, 1,800 s in all): setup ~60 s; `hooks` 362 s
 # (it waits for the build); `http` with py-plain,py-synth8,native-bs,py-random,py-dflash at 1,4,8,16 x 5 rounds
 # 307 s; native-plain,native-dflash,native-synth4,native-synth8 x 3 rounds 523 s; native-synth1 alone 437 s. A
@@ -735,7 +738,8 @@ scale4b-a|scale4b-b)  # remote.sh scale4b-a|scale4b-b [scripts/bench/http_vs_nat
     python3 -m pydflash.factory.scale $S --shape qwen3-4b --quant Q4_K_M,Q8_0 2>&1 | grep -v "^\[\|^llama_model_quant" | tail -4
     cp $S/manifest.json $OUT/scale4b_models.json
     scale_budget $1 $tag 240 "the builds and the models"
-    only="native-bs,py-plain,py-synth5,py-synth1-adaptive"  # the useless drafter: py-random agrees with this target
+    # the useless drafter: py-random agrees with this target; py-synth5-adaptive: L = 5 as a user's server drafts
+    only="native-bs,py-plain,py-synth5,py-synth1-adaptive,py-synth5-adaptive"
     [ $1 = scale4b-b ] && only="py-synth1,py-synth3,py-synth8,native-synth*"
     # SIGINT, not TERM: the script's finally blocks stop the servers it started (each in a session of its own)
     timeout -s INT -k 30 $left python3 scripts/bench/http_vs_native.py --interleave --ngl -1 --threads 8 \
