@@ -18,8 +18,9 @@ def test_a_stop_sent_to_the_process_group_is_clean(pair, tmp_path, sig):
     with open(log_path, "wb") as log:
         srv = Server(["-m", str(pair.target), "-md", str(pair.drafter), "-np", "2", "-c", "512", "-v"], log=log)
         try:
-            out = srv.openai().completions.create(model=srv.openai().models.list().data[0].id, prompt="hello",
-                                                  max_tokens=8, temperature=0)
+            client = srv.openai()
+            out = client.completions.create(model=client.models.list().data[0].id, prompt="hello", max_tokens=8,
+                                            temperature=0)
             assert out.usage.completion_tokens == 8
             group = os.getpgid(srv.proc.pid)
             assert srv.engine_pids(), "no engine process to stop"

@@ -11,6 +11,7 @@ import pathlib
 import sys
 
 import httpx
+import pytest
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "bench" / "http_vs_native.py"
 _spec = importlib.util.spec_from_file_location("bench_http", SCRIPT)
@@ -377,27 +378,21 @@ def test_each_synthetic_length_has_its_patches_0012_twin():
     assert not [c for c in bench_http.select("", "", table) if c.id.endswith("-spare")]
 
 
-def test_the_4b_useless_drafter_is_synthetic_and_adaptive():
-    """At 4B scale the useless drafter is py-synth1-adaptive (no draft ever accepted, adaptive drafting on), not
-    py-random: a random drafter beside a random-weight target agrees with it. It runs only where --only names it,
-    and the scale4b target set judges it against plain."""
+@pytest.mark.parametrize("n", [1, 5])
+def test_synthetic_conditions_under_adaptive_drafting_are_opt_in(n):
+    """py-synth1-adaptive is the 4B-scale useless drafter (no draft ever accepted, adaptive drafting on), not
+    py-random: a random drafter beside a random-weight target agrees with it. py-synth5-adaptive is L = 5 as a user's
+    server drafts (py-synth5 fixes a 15-draft block). Each runs only where --only names it: `py-synth*` keeps meaning
+    the fixed-block rows."""
+    cid = f"py-synth{n}-adaptive"
     table = bench_http.conditions((1, 5))
-    useless = {c.id: c for c in table}["py-synth1-adaptive"]
-    assert useless.args == ("--spec-synth-len", "1", "--draft-adaptive") and useless.server == "pydflash"
-    assert "py-synth1-adaptive" not in [c.id for c in bench_http.select("py-synth*", "", table)]
-    assert "py-synth1-adaptive" not in [c.id for c in bench_http.select("", "", table)]
-    assert [c.id for c in bench_http.select("py-synth1-adaptive", "", table)] == ["py-synth1-adaptive"]
+    row = {c.id: c for c in table}[cid]
+    assert row.args == ("--spec-synth-len", str(n), "--draft-adaptive") and row.server == "pydflash"
+    assert cid not in [c.id for c in bench_http.select("py-synth*", "", table)]
+    assert cid not in [c.id for c in bench_http.select("", "", table)]
+    assert [c.id for c in bench_http.select(f"py-synth5,{cid}", "", table)] == ["py-synth5", cid]
+
+
+def test_the_scale4b_useless_drafter_is_judged_against_plain():
     rows = {what: (cond, ref) for what, cond, _, ref, _, _ in bench_http.TARGET_SETS["scale4b"]}
     assert rows["useless drafter (L = 1), adaptive, every concurrency"] == ("py-synth1-adaptive", "py-plain")
-
-
-def test_synthetic_l5_under_the_default_policy_is_opt_in():
-    """py-synth5-adaptive: the same synthetic acceptance as py-synth5 with adaptive drafting on, as a user's server
-    drafts (py-synth5 fixes a 15-draft block); never part of a run that does not name it."""
-    table = bench_http.conditions((1, 5))
-    row = {c.id: c for c in table}["py-synth5-adaptive"]
-    assert row.args == ("--spec-synth-len", "5", "--draft-adaptive") and row.server == "pydflash"
-    assert "py-synth5-adaptive" not in [c.id for c in bench_http.select("", "", table)]
-    assert "py-synth5-adaptive" not in [c.id for c in bench_http.select("py-synth*", "", table)]
-    assert [c.id for c in bench_http.select("py-synth5,py-synth5-adaptive", "", table)] == ["py-synth5",
-                                                                                          "py-synth5-adaptive"]
