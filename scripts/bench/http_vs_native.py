@@ -457,7 +457,7 @@ def select(only: str, skip: str, table: list[Condition] = CONDITIONS) -> list[Co
             if not any(fnmatch.fnmatch(k, p) for k in known):
                 raise SystemExit(f"bench_http: {p!r} matches no condition; known: {', '.join(known)}")
     named = {p.strip() for p in only.split(",")}
-    # an A/B twin (py-synthN-spare, py-synth1-adaptive) runs only where --only names it: `py-synth*` keeps meaning
+    # an A/B twin (py-synthN-spare, py-synthN-adaptive) runs only where --only names it: `py-synth*` keeps meaning
     # the fixed-block synthetic rows
     return [c for c in table if (c.id in named if c.id.endswith(OPT_IN) else not only or match(c, only))
             and not match(c, skip)]
