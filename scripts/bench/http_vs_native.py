@@ -64,7 +64,9 @@ Held-out-prompt mode: conditions (ids for --only / --skip, which take comma-sepa
   scripts/bench/engine.py makes with pydflash.factory, or ``--random-drafter``);
 - ``py-synth1-adaptive`` (only when ``--only`` names it): ``--spec-synth-len 1 --draft-adaptive``, a drafter none of
   whose drafts is accepted, under adaptive drafting: the useless drafter of ``--target-set scale4b``, where a random
-  drafter agrees with the random-weight target.
+  drafter agrees with the random-weight target;
+- ``py-synth5-adaptive`` (only when ``--only`` names it): ``--spec-synth-len 5 --draft-adaptive``, synthetic L = 5
+  under adaptive drafting, as a user's server drafts (``py-synth5`` fixes the block).
 
 Both servers get the same model files, slots (``-np`` = the largest client count), context per slot (native
 ``-c`` is the total, split over the slots, so it gets ``ctx * np``), threads and GPU layers. Each condition starts
