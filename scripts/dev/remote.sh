@@ -217,6 +217,11 @@
 # http_vs_native.py called directly (46 s and 195 s, the second cut in its 4-client level): 1,738 s of 1,800.
 # Missed: `packbuild patched` and `packbuild pristine` (12 s each) right after the first scale4b-a, which would have
 # filed packs for the next session on this checkout (gbp0 / gbq0: the next session's builds in seconds, not ~430 s).
+# 2026-12-07 (twenty-first session, H100 again, through nvidia-h200 after an nvidia-h100-x1 refusal): the first
+# scale4b-a was cut at 600 s in the builds and models (no benchmark); `packbuild patched` then stopped in use_build's
+# check for the Gemma model (not staged), fixed above; the packs were made by hand with the same commands (15 / 17 s)
+# and filed: gbp0 (key c15cc47a3e9efd0d) and gbq0 (key bbcf29b8fdd2282d). scale4b-a again 361 s (5 servers), a traced
+# run 76 s, the L = 1 / 3 rows 327 s: 1,599 s of 1,800.
 # What a whole issue-13 run costs (2026-12-02, docs/results/2026-12-02-h200-g, 1,800 s in all): setup ~60 s; `hooks` 362 s
 # (it waits for the build); `http` with py-plain,py-synth8,native-bs,py-random,py-dflash at 1,4,8,16 x 5 rounds
 # 307 s; native-plain,native-dflash,native-synth4,native-synth8 x 3 rounds 523 s; native-synth1 alone 437 s. A
@@ -489,7 +494,9 @@ packbuild)  # remote.sh packbuild patched|pristine: that finished build back as 
     # 4: 64 MiB come back a call) with its key and sha256, for scripts/dev/store_build.sh; not when it failed or
     # was built without patches 0006 / 0007
     which=${2:?patched or pristine}
-    if [ $which = pristine ]; then use_pristine; dir=pristine/build/bin; else use_build; dir=llama.cpp/build/bin; fi
+    # wait_patched, not use_build: a session that staged only the scale steps' parts has no Gemma model, and
+    # use_build's checks for it ended the first packbuild of 2026-12-07 (twenty-first session) before it packed
+    if [ $which = pristine ]; then use_pristine; dir=pristine/build/bin; else wait_patched; dir=llama.cpp/build/bin; fi
     [ -f $W/build-$which.key.here ] || { echo "packbuild: no key recorded by start on this machine"; exit 1; }
     if [ $which = patched ] && grep -q "CUDA-only patches (0006, 0007) reverted" $W/build.log; then
         echo "packbuild: this build lacks patches 0006 / 0007 (build_failed.log): not sent"; exit 1
