@@ -54,9 +54,9 @@ class Curve:
     points: dict[int, list[float]] = field(default_factory=dict)  # bucket -> [mean x, seconds, samples]
     # x -> warm-up samples dropped. Per exact x, not per bucket: the backend warms up per batch shape, and a bucket
     # holds several (23 and 24 tokens share one). Counted per bucket, a second shape's warm-up steps (3x a
-    # steady step, graph allocation and CUDA-graph capture) entered the first one's value, and the slope between it
-    # and its neighbour priced a 40-token verify at 34 ms where it cost 10 (a Qwen3-4B-shaped target's costs, 8 slots,
-    # simulated): the policy paused through 99 % of the steps where drafting paid 1.7x.
+    # steady step, graph allocation and CUDA-graph capture) entered the first one's value (11.1 ms where 9.0 is
+    # true), and the slope from it priced a probe's 40 tokens at up to 15.9 ms (11.6 in truth; a Qwen3-4B-shaped
+    # target's costs at 8 slots, simulated): the engine paused through most of the run where drafting paid 1.4x.
     seen: dict[int, int] = field(default_factory=dict)
     # a bucket's value caps the buckets below it (the module); off for a curve that mixes slot counts at one x
     # (StepCosts.verify_any: 16 tokens as 16 one-token spans cost more than as one span of 16)
@@ -148,7 +148,7 @@ class Curve:
 
 def _top_slope(xs: list[float], ts: list[float]) -> float:
     """The slope to extrapolate above the last point with: the chord to it from the last point at or below half its
-    x (else the first point). Two neighbouring buckets (22 and 23 tokens) are measured as often as two far apart,
+    x (else the first point). Two neighbouring buckets (22 and 24 tokens) are measured as often as two far apart,
     and their noise divided by one token made a slope that priced 17 tokens more at 25 ms (8 slots of a
     Qwen3-4B-shaped target, simulated); a chord over half the range divides it by many. On a CPU, where costs grow
     about linearly, it is the same slope; on a GPU, where they are concave, it overrates the next tokens, as before."""

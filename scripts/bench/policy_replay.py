@@ -2,7 +2,7 @@
 tests/engine/test_adaptive.py: the H200 serving Gemma-3-270M (``GPU``, and ``LoadMachine`` as the issue's step split
 had it) and a Qwen3-4B-shaped target on an H100 (``Qwen4BMachine``, whose verify is concave in its tokens).
 
-    python scripts/bench/policy_replay.py --out docs/results/2026-12-07-cpu-f/policy_replay_new.json
+    python scripts/bench/policy_replay.py --out docs/results/2026-12-07-cpu-f/policy_replay_after.json
 
 For each machine, per-draft acceptance p (drafts accepted position by position) and slot count n, the policy runs
 closed-loop for --steps steps from a cold start, seeing each new step shape's first 2 steps at 3x (graph

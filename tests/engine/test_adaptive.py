@@ -136,7 +136,7 @@ def test_curve_drops_the_warm_up_steps_and_interpolates():
     c.observe(40, 3.0)
     assert c(8) == 1.0 and c(24) == pytest.approx(2.0)
     assert c(1) == 1.0  # below every point: the smallest known cost
-    assert c(72) == pytest.approx(5.0)  # above: the last slope
+    assert c(72) == pytest.approx(5.0)  # above: the slope of a chord over at least half the range
 
 
 def test_curve_drops_each_shapes_warm_up():
