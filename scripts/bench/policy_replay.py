@@ -24,7 +24,8 @@ import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-from tests.engine.test_adaptive import GPU, LoadMachine, Qwen4BMachine, best_uniform, plain_rate, simulate  # noqa: E402
+from tests.engine.test_adaptive import (  # noqa: E402
+    GPU, LoadMachine, Qwen4BMachine, best_uniform, plain_rate, rate_over_best)
 
 MACHINES = {"gemma-h200": GPU, "gemma-h200-load": LoadMachine(), "qwen4b-h100": Qwen4BMachine()}
 P_ACCEPT = (0.8, 0.6, 0.3, 0.0)
@@ -35,13 +36,7 @@ SKIP = 150  # steps left out of the rate: calibration and the first pauses
 def replay(machine, n: int, p: float, seed: int, steps: int, sigma: float) -> float:
     """The policy's tokens per second over the best uniform plan's, for one seed."""
     noise = random.Random(1000 + seed)
-    tokens = seconds = 0.0
-    for step, _, _, accepted, t in simulate(machine, [p] * n, steps, seed, warm_up=True, warm_up_steps=2,
-                                            warm_up_factor=3.0, engine_gate=True,
-                                            stall=lambda: noise.lognormvariate(0.0, sigma)):
-        if step >= SKIP:
-            tokens, seconds = tokens + n + sum(accepted), seconds + t
-    return tokens / seconds / best_uniform(machine, n, p)
+    return rate_over_best(machine, n, p, seed, lambda: noise.lognormvariate(0.0, sigma), steps, SKIP)
 
 
 def main() -> None:
