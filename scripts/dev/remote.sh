@@ -222,6 +222,13 @@
 # check for the Gemma model (not staged), fixed above; the packs were made by hand with the same commands (15 / 17 s)
 # and filed: gbp0 (key c15cc47a3e9efd0d) and gbq0 (key bbcf29b8fdd2282d). scale4b-a again 361 s (5 servers), a traced
 # run 76 s, the L = 1 / 3 rows 327 s: 1,599 s of 1,800.
+# 2026-12-07 (twenty-second session, the same checkout and packs): no machine. Ten calls from 19:26 to 20:32 UTC,
+# each `part bp0` (a refused call runs nothing): refused at 19:26 (nvidia-h200, 181 s),
+# 19:35 (90 s), 19:45 (90 s), 19:58 (nvidia-h100-x1: "none tried", 15 s, then refused, 90 s), 20:05 (180 s),
+# 20:12 ("none tried", 15 s), 20:19 (180 s), 20:30 ("none tried", 15 s), 20:31 (180 s); then `status` said new loans
+# were paused for the session: 1,036 s of 1,800 spent, nothing measured. The plan stands for the next session: `part
+# bp0`, `part bq0`, the staging call, `scale4b-a`, parts 2-6 with the drafter GGUF back before part 6, `fast1
+# --workloads noreuse,evalset --clients 1,4,8`, then selfgen from SKIP 9,870.
 # What a whole issue-13 run costs (2026-12-02, docs/results/2026-12-02-h200-g, 1,800 s in all): setup ~60 s; `hooks` 362 s
 # (it waits for the build); `http` with py-plain,py-synth8,native-bs,py-random,py-dflash at 1,4,8,16 x 5 rounds
 # 307 s; native-plain,native-dflash,native-synth4,native-synth8 x 3 rounds 523 s; native-synth1 alone 437 s. A
