@@ -226,7 +226,9 @@
 # each `part bp0` (a refused call runs nothing): refused at 19:26 (nvidia-h200, 181 s),
 # 19:35 (90 s), 19:45 (90 s), 19:58 (nvidia-h100-x1: "none tried", 15 s, then refused, 90 s), 20:05 (180 s),
 # 20:12 ("none tried", 15 s), 20:19 (180 s), 20:30 ("none tried", 15 s), 20:31 (180 s); then `status` said new loans
-# were paused for the session: 1,036 s of 1,800 spent, nothing measured. The plan stands for the next session: `part
+# were paused for the session (1,036 s spent). At 21:03 `status` listed kinds again: four more calls, refused at 21:03
+# (nvidia-h200, 180 s), "none tried" at 21:04 (nvidia-h100-x1, 15 s), refused at 21:15 (nvidia-h100-x1, 90 s) and
+# 21:16 (nvidia-h200, 180 s): 1,501 s of 1,800 in all, nothing measured. The plan stands for the next session: `part
 # bp0`, `part bq0`, the staging call, `scale4b-a`, parts 2-6 with the drafter GGUF back before part 6, `fast1
 # --workloads noreuse,evalset --clients 1,4,8`, then selfgen from SKIP 9,870.
 # What a whole issue-13 run costs (2026-12-02, docs/results/2026-12-02-h200-g, 1,800 s in all): setup ~60 s; `hooks` 362 s
