@@ -231,6 +231,12 @@
 # 21:16 (nvidia-h200, 180 s): 1,501 s of 1,800 in all, nothing measured. The plan stands for the next session: `part
 # bp0`, `part bq0`, the staging call, `scale4b-a`, parts 2-6 with the drafter GGUF back before part 6, `fast1
 # --workloads noreuse,evalset --clients 1,4,8`, then selfgen from SKIP 9,870.
+# 2026-12-07 (twenty-third session, same checkout and packs): refused once (nvidia-h200, 181 s), then an H100
+# (nvidia-h100-x1). `part bp0` (rc 1 from its listing's grep, which found no part yet; the copy was made), `part bq0`,
+# the staging call (8 s with the packs), scale4b-a 436 s (models 119 s), parts 2-6 (one call each, the drafter GGUF
+# back before part 6) with `fast1 --workloads noreuse,evalset --clients 1,4,8 --rounds 5` (146 s), `fast1
+# --workloads recur,noreuse --clients 1,4,8,16 --rounds 4` with native-bs (279 s), `selfgen 470 9870` (476 s):
+# 1,710 s of 1,800.
 # What a whole issue-13 run costs (2026-12-02, docs/results/2026-12-02-h200-g, 1,800 s in all): setup ~60 s; `hooks` 362 s
 # (it waits for the build); `http` with py-plain,py-synth8,native-bs,py-random,py-dflash at 1,4,8,16 x 5 rounds
 # 307 s; native-plain,native-dflash,native-synth4,native-synth8 x 3 rounds 523 s; native-synth1 alone 437 s. A
