@@ -236,7 +236,9 @@
 # the staging call (8 s with the packs), scale4b-a 436 s (models 119 s), parts 2-6 (one call each, the drafter GGUF
 # back before part 6) with `fast1 --workloads noreuse,evalset --clients 1,4,8 --rounds 5` (146 s), `fast1
 # --workloads recur,noreuse --clients 1,4,8,16 --rounds 4` with native-bs (279 s), `selfgen 470 9870` (476 s):
-# 1,710 s of 1,800.
+# 1,710 s of 1,800. Next: traces of the fixed policy where it lost (`TRACE=1 NO_NATIVE=1 remote.sh fast1 --workloads
+# recur --clients 4,8 --rounds 4 --only py-plain,py-dflash`; `TRACE=1 NO_NATIVE=1 remote.sh scale4b-a --only
+# py-plain,py-synth5-adaptive --clients 1,16 --rounds 2 --stem scale4b_trace`), then selfgen from SKIP 10,890.
 # What a whole issue-13 run costs (2026-12-02, docs/results/2026-12-02-h200-g, 1,800 s in all): setup ~60 s; `hooks` 362 s
 # (it waits for the build); `http` with py-plain,py-synth8,native-bs,py-random,py-dflash at 1,4,8,16 x 5 rounds
 # 307 s; native-plain,native-dflash,native-synth4,native-synth8 x 3 rounds 523 s; native-synth1 alone 437 s. A
