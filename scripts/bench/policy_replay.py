@@ -4,6 +4,12 @@ had it) and a Qwen3-4B-shaped target on an H100 (``Qwen4BMachine``, whose verify
 
     python scripts/bench/policy_replay.py --out docs/results/2026-12-07-cpu-f/policy_replay_after.json
 
+The second table has requests of 128 tokens coming and going on the slots, each on a text drawn from a mix (each
+draft accepted with the text's p), the policy told of each new request as the engine tells it
+(``tests.engine.test_adaptive.replay_requests``): the policy's tokens per second over plain decoding's, worst and
+median over the seeds. ``--ablate top_slots`` switches off the plans in which the likeliest slots draft alone, to
+show what they bring.
+
 For each machine, per-draft acceptance p (drafts accepted position by position) and slot count n, the policy runs
 closed-loop for --steps steps from a cold start, seeing each new step shape's first 2 steps at 3x (graph
 allocation, CUDA-graph capture) and every step's cost through lognormal noise (sigma --noise), as the engine sees
@@ -24,13 +30,20 @@ import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+from pydflash.engine import adaptive  # noqa: E402
 from tests.engine.test_adaptive import (  # noqa: E402
-    GPU, LoadMachine, Qwen4BMachine, best_uniform, plain_rate, rate_over_best)
+    GPU, LoadMachine, Qwen4BMachine, best_uniform, plain_rate, rate_over_best, replay_requests)
 
 MACHINES = {"gemma-h200": GPU, "gemma-h200-load": LoadMachine(), "qwen4b-h100": Qwen4BMachine()}
 P_ACCEPT = (0.8, 0.6, 0.3, 0.0)
 SLOTS = (1, 2, 4, 8, 16)
 SKIP = 150  # steps left out of the rate: calibration and the first pauses
+# (machine, texts' p, slots): half the requests on text the drafter suits, or a spread, and mixes it never suits
+MIXES = (("gemma-h200", (0.95, 0.3), 4), ("gemma-h200", (0.95, 0.3), 8), ("gemma-h200", (0.95, 0.3), 16),
+         ("gemma-h200", (0.9, 0.6, 0.2), 8), ("gemma-h200-load", (0.9, 0.5, 0.2), 8),
+         ("qwen4b-h100", (0.95, 0.3), 4), ("qwen4b-h100", (0.9, 0.6, 0.2), 8), ("gemma-h200", (0.0,), 8),
+         ("gemma-h200", (0.3,), 16), ("gemma-h200", (0.8,), 8))
+ABLATE = {"top_slots": lambda: setattr(adaptive.DraftPolicy, "_top_slots", lambda self, *a: ([], 0.0))}
 
 
 def replay(machine, n: int, p: float, seed: int, steps: int, sigma: float) -> float:
@@ -45,9 +58,13 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=4)
     ap.add_argument("--noise", type=float, default=0.08, help="sigma of the lognormal factor on each seen step")
     ap.add_argument("--out", type=pathlib.Path)
+    ap.add_argument("--ablate", default="", help="policy parts to switch off, comma-separated: " + ", ".join(ABLATE))
+    ap.add_argument("--mixes-only", action="store_true", help="only the second table")
     a = ap.parse_args()
+    for part in filter(None, a.ablate.split(",")):
+        ABLATE[part]()
     cells, worst = [], []
-    for name, machine in MACHINES.items():
+    for name, machine in ({} if a.mixes_only else MACHINES).items():
         for p in P_ACCEPT:
             for n in SLOTS:
                 runs = [replay(machine, n, p, s, a.steps, a.noise) for s in range(a.seeds)]
@@ -59,13 +76,23 @@ def main() -> None:
             print(f"{name:16} p {p:.1f}  " + "  ".join(
                 f"n{c['slots']}: {min(c['policy_over_best']):.2f}/{statistics.median(c['policy_over_best']):.2f}"
                 f" (best {c['best_over_plain']:.2f}x)" for c in row))
-    summary = {"worst": round(min(worst), 3), "geomean_of_worst": round(statistics.geometric_mean(worst), 4)}
-    print(f"policy over the best uniform plan: worst cell {summary['worst']:.3f}, geometric mean of each cell's worst "
-          f"seed {summary['geomean_of_worst']:.4f}")
+    summary = {}
+    if worst:
+        summary = {"worst": round(min(worst), 3), "geomean_of_worst": round(statistics.geometric_mean(worst), 4)}
+        print(f"policy over the best uniform plan: worst cell {summary['worst']:.3f}, geometric mean of each cell's "
+              f"worst seed {summary['geomean_of_worst']:.4f}")
+    mixes = []
+    for name, texts, n in MIXES:
+        runs = [replay_requests(MACHINES[name], list(texts), n, s) for s in range(a.seeds)]
+        mixes.append({"machine": name, "texts": list(texts), "slots": n,
+                      "policy_over_plain": [round(r, 3) for r in runs]})
+        print(f"requests coming and going: {name:16} texts {texts} n{n}: {min(runs):.2f} / "
+              f"{statistics.median(runs):.2f} of plain (worst / median)")
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(json.dumps({"steps": a.steps, "seeds": a.seeds, "noise": a.noise, "skip": SKIP,
-                                     "summary": summary, "cells": cells}, indent=1) + "\n")
+                                     "summary": summary, "cells": cells, "ablate": a.ablate,
+                                     "mixes": mixes}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
