@@ -558,29 +558,27 @@ class DraftPolicy:
                    chosen: list[int]) -> tuple[list[int], float]:
         """The best plan in which only the m slots likeliest to have their drafts accepted draft, all at one K (the
         largest the chords chose, or the whole block), for m short of every slot that may draft (``_uniform`` has
-        that one), priced on the curves, and its rate (0.0: none). Texts differ: on the H200's costs, with requests
-        of 128 tokens coming and going, half on text the drafter suits (each draft accepted with p 0.95) and half
-        not (0.3), drafting for the suited slots alone pays ~2x, while the chords, which start from every slot
-        drafting the whole block, priced each draft at the steep end of the curves, and the uniform plans put every
-        slot's block into the verify: the policy ran at 1.01 / 1.02x of plain at 8 / 16 slots (median of 10 seeds),
-        1.06 / 1.14x with these plans (tests/engine/test_adaptive.py, ``replay_requests``;
-        scripts/bench/policy_replay.py)."""
-        c, f = self.costs, self.overhead_at(n)
+        that one), priced on the curves, and its rate (0.0: none). Texts differ: with half the requests on text the
+        drafter suits (each draft accepted with p 0.95) and half not (0.3), drafting for the suited slots alone pays
+        ~2x on the H200's costs, while the chords, which start from every slot drafting the whole block, price each
+        draft at the steep end of the curves, and the uniform plans put every slot's block into the verify. Replayed
+        with requests of 128 tokens coming and going (tests/engine/test_adaptive.py, ``replay_requests``; 30 seeds,
+        scripts/bench/policy_replay.py), these plans raised the mean over plain from 1.05 to 1.08x at 8 slots and
+        1.13 to 1.15x at 16, the worst seed at 16 from 1.00 to 1.06x; where every text has p 0.8 the mean at 8 slots
+        fell from 1.37 to 1.34x."""
         best, best_rate = [], 0.0
         eligible = [i for i, m in enumerate(maxes) if m]
         for k in {max(chosen), max(maxes)} - {0}:
-            caps = {i: min(k, maxes[i]) for i in eligible}
-            order = sorted(eligible, key=lambda i: -curves[i][caps[i]])
-            accepted, tokens, last, falls = 0.0, 0, 0.0, 0
-            for m, i in enumerate(order[:-1], start=1):
-                accepted, tokens = accepted + curves[i][caps[i]], tokens + caps[i]
-                rate = (n + accepted) / (f * (c.verify(n, n + tokens, features=True) + c.draft(tokens + m)))
+            order = sorted(eligible, key=lambda i: -curves[i][min(k, maxes[i])])
+            ks, last, falls = [0] * len(maxes), 0.0, 0
+            for i in order[:-1]:
+                ks[i] = min(k, maxes[i])
+                rate = self._rate(n, curves, ks)
                 if rate > best_rate:
-                    drafting = set(order[:m])
-                    best_rate, best = rate, [caps[j] if j in drafting else 0 for j in range(len(maxes))]
+                    best_rate, best = rate, list(ks)
                 # each slot added is less likely to have its drafts accepted than the last: once the rate has
                 # fallen three times running it does not come back (at 16 slots where drafting loses, a decision
-                # took 0.047 ms with every m priced, 0.034 so; 0.08-0.14 ms where it pays)
+                # took 0.076 ms with every m priced, 0.041 so; 0.18 ms where it pays)
                 falls, last = (falls + 1 if rate < last else 0), rate
                 if falls == 3:
                     break
