@@ -75,14 +75,18 @@ def test_slots_show_a_running_request(server):
     idle = server.http().get("/slots", params={"model": "tiny"}).json()
     assert [s["id"] for s in idle] == [0, 1] and all(s["n_ctx"] == N_CTX for s in idle)
     assert not any(s["is_processing"] for s in idle)
-    body = {"model": "tiny", "prompt": "x", "n_predict": 200, "ignore_eos": True, "stream": True, "temperature": 1}
+    body = {"model": "tiny", "prompt": "x", "n_predict": 400, "ignore_eos": True, "stream": True, "temperature": 1}
     seen = threading.Event()
 
+    # One request on the tiny model can finish between two polls on a fast machine, so requests run back to back
+    # until a poll sees one: the slot is then busy nearly all the time, and only a /slots that never reports a
+    # running request fails.
     def busy():
-        with server.http().stream("POST", "/completion", json=body) as r:
-            for _ in r.iter_lines():
-                if seen.is_set():
-                    break
+        while not seen.is_set():
+            with server.http().stream("POST", "/completion", json=body) as r:
+                for _ in r.iter_lines():
+                    if seen.is_set():
+                        break
 
     t = threading.Thread(target=busy)
     t.start()
