@@ -194,12 +194,18 @@ def accept_curve(slot_counts: AcceptCounts, prior: AcceptCounts, k_max: int) -> 
     return out
 
 
+_serials = itertools.count()
+
+
 @dataclass
 class SlotPolicy:
     counts: AcceptCounts = field(default_factory=AcceptCounts)
     left_out: int = 0  # drafting steps this slot sat out since it last drafted
     patience: int = MIN_BACKOFF  # how many it sits out before a probe
     probes: int = 0  # pauses' probes it drafted in (PROBE_SLOTS: the least probed go next)
+    # tells requests apart for a kept decision (``DraftPolicy.plan``): not id(), which CPython hands a new request's
+    # policy from the one that just finished, so that the new request inherited its plan
+    serial: int = field(default_factory=lambda: next(_serials))
 
 
 @dataclass
@@ -256,7 +262,7 @@ class DraftPolicy:
         calibration = self._calibration(slots, maxes)
         if calibration is not None:
             return calibration
-        key = tuple(id(pol) for pol, _ in slots), tuple(maxes)
+        key = tuple(pol.serial for pol, _ in slots), tuple(maxes)
         self._drafting_steps += 1
         if self._drafting_steps % REFRESH_PLAIN == 0:  # while drafting, plain costs are never measured otherwise
             return Plan(zeros, True)

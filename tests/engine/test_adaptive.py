@@ -994,3 +994,31 @@ def test_a_burst_prefills_with_features_only_where_its_load_drafts(tiny, burst_b
         eng._prefilled = lambda slot, n, *rest: (seen.append(eng.target_ctx.features_on), prefilled(slot, n, *rest))
         llm.generate_many([api.Request(toks + [7 + i], max_tokens=8, ignore_eos=True) for i in range(4)])
     assert seen and set(seen) == {features}, seen
+
+
+def test_a_new_request_is_planned_afresh_where_the_last_one_lived_in_memory():
+    """A drafting decision is kept for a few steps while the same slots run. The slots were told apart by the ids of
+    their policies, and CPython gives a new object the address of one just freed: a request that took a finished
+    one's place could inherit its plan (and replays of one tree went different ways from run to run). A text the
+    drafter never gets right must be planned on its own evidence at once."""
+    policy = adaptive.DraftPolicy()
+    policy.costs, policy.calibrated = calibrated(GPU, 1), 2
+    good = adaptive.SlotPolicy()
+    for _ in range(30):
+        good.counts.observe(15, 15)
+    first = policy.plan([(good, 15)])  # not inside the assert: pytest's rewriting would keep the slot list alive
+    assert any(first.drafts)
+    old = id(good)
+    del good
+    new = None
+    for _ in range(1000):  # the freed block comes back at once, nearly always
+        candidate = adaptive.SlotPolicy()
+        if id(candidate) == old:
+            new = candidate
+            break
+        del candidate
+    if new is None:
+        pytest.skip("no address was reused")
+    for _ in range(30):
+        new.counts.observe(15, 0)
+    assert not any(policy.plan([(new, 15)]).drafts)
