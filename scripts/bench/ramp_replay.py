@@ -21,9 +21,9 @@ from the model and is what the policies learn and what the rates count:
 - lognormal noise of sigma 0.08 on every step.
 
 Not calibrated against a measured ramp: with these costs a fixed block at 4 clients models at ~0.95-1.0x of plain
-where the H100 measured 1.21x, so read the rows against each other, not as predictions. Not deterministic either:
-parts of the engine go by the wall clock (the prompt cache's release grace is in seconds), and two runs of one tree
-gave 0.96 and 1.01x of plain at 4 clients.
+where the H100 measured 1.21x, so read the rows against each other, not as predictions. A seed's run is
+reproducible: the model, the synthetic acceptance and the policies draw from seeded generators (before adaptive.py
+keyed a kept decision by a serial, the ids it used made two runs of one tree differ with what ran before them).
 
     .venv/bin/python scripts/bench/ramp_replay.py [--warm 1.5] [--seeds 1] [--out FILE.json]
 """

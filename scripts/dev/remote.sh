@@ -240,7 +240,7 @@
 # recur --clients 4,8 --rounds 4 --only py-plain,py-dflash`; `TRACE=1 NO_NATIVE=1 remote.sh scale4b-a --only
 # py-plain,py-synth5-adaptive --clients 1,16 --rounds 2 --stem scale4b_trace`), then selfgen from SKIP 10,890.
 # 2026-12-07 (twenty-fourth session): no device time left (90 s). A CPU replay of the engine through the load ramp
-# with a 4B cost model (scripts/bench/ramp_replay.py, docs/results/2026-12-07-cpu-h) puts a quarter to a third of
+# with a 4B cost model (scripts/bench/ramp_replay.py, docs/results/2026-12-07-cpu-h) puts a fifth to a half of
 # adaptive drafting's time at 4-8 clients in step shapes' warm-up runs, if a warm-up run costs 1.5x. The traces above decide
 # it: add c4,c8 to the scale4b trace (`--clients 1,4,8,16`), and read each drafting shape's first runs against its
 # later ones with scripts/bench/trace_summary.py before changing the policy.
