@@ -203,8 +203,8 @@ class SlotPolicy:
     left_out: int = 0  # drafting steps this slot sat out since it last drafted
     patience: int = MIN_BACKOFF  # how many it sits out before a probe
     probes: int = 0  # pauses' probes it drafted in (PROBE_SLOTS: the least probed go next)
-    # tells requests apart for a kept decision (``DraftPolicy.plan``): not id(), which CPython hands a new request's
-    # policy from the one that just finished, so that the new request inherited its plan
+    # tells requests apart for a kept decision (``DraftPolicy.plan``). Not id(): CPython gives a new request's policy
+    # the address of the one that just finished, and the new request then inherited that request's plan
     serial: int = field(default_factory=lambda: next(_serials))
 
 

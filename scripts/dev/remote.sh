@@ -241,9 +241,9 @@
 # py-plain,py-synth5-adaptive --clients 1,16 --rounds 2 --stem scale4b_trace`), then selfgen from SKIP 10,890.
 # 2026-12-07 (twenty-fourth session): no device time left (90 s). A CPU replay of the engine through the load ramp
 # with a 4B cost model (scripts/bench/ramp_replay.py, docs/results/2026-12-07-cpu-h) puts a fifth to a half of
-# adaptive drafting's time at 4-8 clients in step shapes' warm-up runs, if a warm-up run costs 1.5x. The traces above decide
-# it: add c4,c8 to the scale4b trace (`--clients 1,4,8,16`), and read each drafting shape's first runs against its
-# later ones with scripts/bench/trace_summary.py before changing the policy.
+# adaptive drafting's time at 4-8 clients in step shapes' warm-up runs, if a warm-up run costs 1.5x. The traces above
+# decide it: add c4,c8 to the scale4b trace (`--clients 1,4,8,16`), and read each drafting shape's first runs against
+# its later ones with scripts/bench/trace_summary.py before changing the policy.
 # What a whole issue-13 run costs (2026-12-02, docs/results/2026-12-02-h200-g, 1,800 s in all): setup ~60 s; `hooks` 362 s
 # (it waits for the build); `http` with py-plain,py-synth8,native-bs,py-random,py-dflash at 1,4,8,16 x 5 rounds
 # 307 s; native-plain,native-dflash,native-synth4,native-synth8 x 3 rounds 523 s; native-synth1 alone 437 s. A
