@@ -4,10 +4,7 @@ every slot between steps on a GPU) and compares outputs with the cache-off engin
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
 import random
-import sys
 import types
 
 import numpy as np
@@ -20,14 +17,11 @@ from pydflash.engine.engine import Engine
 from pydflash.engine.request import Request
 from pydflash.native import state
 from pydflash.pair import load_pair
+from tests.helpers.bench import load_bench
 
 OFF = CacheConfig(reuse=False, ram_mib=0)
 # the chat workload's in-process replay (scripts/ is not a package)
-_spec = importlib.util.spec_from_file_location(
-    "chat_reuse", pathlib.Path(__file__).resolve().parents[2] / "scripts" / "bench" / "chat_reuse.py")
-chat_reuse = importlib.util.module_from_spec(_spec)
-sys.modules["chat_reuse"] = chat_reuse
-_spec.loader.exec_module(chat_reuse)
+chat_reuse = load_bench("chat_reuse", register=True)
 
 
 @pytest.fixture

@@ -5,9 +5,7 @@ streamed writer, and the whole 4B path at a tenth of the width: the same writers
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import pathlib
 import subprocess
 import sys
 
@@ -28,8 +26,7 @@ from pydflash.factory.scale import main as scale_main
 from pydflash.factory.shapes import QWEN3_4B, TINY_QWEN3_4B, zlab_target_layer_ids
 from pydflash.factory.stream import planned_bytes, write_streamed
 from pydflash.factory.tokenizer import CONTROL, build_padded_vocab, build_vocab
-
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "bench" / "http_vs_native.py"
+from tests.helpers.bench import load_bench
 
 
 def _params(plan: list[W.Planned]) -> int:
@@ -168,11 +165,7 @@ def test_the_tiny_4b_pair_speculates_with_synthetic_acceptance(tiny4b):
 # --- the benchmark's additions (scripts/bench/http_vs_native.py) ----------------------------------------------------
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_http_scale", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_http_scale"] = mod  # its dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("http_vs_native", "bench_http_scale", register=True)  # its dataclasses look their module up
 
 
 def test_synthetic_lengths_replace_the_default_ones(bench):

@@ -14,7 +14,6 @@ repeated here.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -25,18 +24,13 @@ import time
 import httpx
 import pytest
 
-from tests.helpers.server_util import REPO
+from tests.helpers.bench import load_bench
 
-BENCH = REPO / "scripts" / "bench"
 TIMEOUT = 60  # seconds, on every client call: a hang fails the test instead of stalling the suite
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # rpc_split imports server_load as scale_out does: one copy of each
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench(name, register=True)  # rpc_split imports server_load as scale_out does: one copy of each
 
 
 scale_out = _load("scale_out")

@@ -5,19 +5,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
-import pathlib
-import sys
 
 import httpx
 import pytest
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "bench" / "http_vs_native.py"
-_spec = importlib.util.spec_from_file_location("bench_http", SCRIPT)
-bench_http = importlib.util.module_from_spec(_spec)
-sys.modules["bench_http"] = bench_http  # its dataclasses look their module up there
-_spec.loader.exec_module(bench_http)
+from tests.helpers.bench import load_bench
+
+bench_http = load_bench("http_vs_native", "bench_http", register=True)  # its dataclasses look their module up there
 
 
 def sse(tokens: int) -> bytes:

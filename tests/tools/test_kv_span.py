@@ -1,15 +1,11 @@
 """scripts/bench/kv_span.py: the KV span every step attends over, read from llama.cpp's own log."""
 
-import importlib.util
 import json
-import pathlib
 
 from pydflash.factory import write_tiny_pair
+from tests.helpers.bench import load_bench
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("kv_span", REPO / "scripts" / "bench" / "kv_span.py")
-kv_span = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(kv_span)
+kv_span = load_bench("kv_span")
 
 
 def test_only_the_marked_part_counts_and_spans_pad_to_256():

@@ -1,18 +1,14 @@
 """scripts/bench/paused_cost.py: a paused step of the speculative engine against a plain one, in one process."""
 
-import importlib.util
 import json
 import os
-import pathlib
 
 import pytest
 
 from pydflash.factory import write_tiny_pair
+from tests.helpers.bench import load_bench
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("paused_cost", REPO / "scripts" / "bench" / "paused_cost.py")
-paused_cost = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(paused_cost)
+paused_cost = load_bench("paused_cost")
 
 
 @pytest.fixture(scope="module")

@@ -1,15 +1,10 @@
 """scripts/bench/profile_host.py: the host part of a step, by phase, with the forwards left out."""
 
-import importlib.util
-import pathlib
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
+from tests.helpers.bench import load_bench
 
 
 def test_profile_host_names_every_phase_and_leaves_the_forwards_out(tmp_path):
-    spec = importlib.util.spec_from_file_location("profile_host", REPO / "scripts" / "bench" / "profile_host.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_bench("profile_host")
     out = mod.main(["--model", "tiny", "--slots", "2", "--steps", "12", "--warmup", "3", "--out",
                     str(tmp_path / "p.json")])
     phases = out["phases"]

@@ -1,8 +1,5 @@
 """scripts/bench/ramp_replay.py: the engine's step costs replaced by a model, counted and taught as modelled."""
 
-import importlib.util
-import pathlib
-
 import pytest
 
 from pydflash.config import EngineConfig
@@ -11,11 +8,9 @@ from pydflash.engine.request import Request
 from pydflash.factory import write_tiny_pair
 from pydflash.pair import load_pair
 from tests.engine.test_adaptive import interp
+from tests.helpers.bench import load_bench
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("ramp_replay", REPO / "scripts" / "bench" / "ramp_replay.py")
-ramp_replay = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ramp_replay)
+ramp_replay = load_bench("ramp_replay")
 
 
 @pytest.fixture(scope="module")
