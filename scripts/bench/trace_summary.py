@@ -14,6 +14,7 @@ shape's first runs cost against its later ones), where the wall time went, and t
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import statistics
 import sys
@@ -74,23 +75,38 @@ def summarize(rows: list[dict], worst: int = 12) -> dict:
 def draft_shapes(decode: list[dict], warm: int = 2) -> list[dict]:
     """Per slot count, how many step shapes its drafting and copying steps took (verify tokens, drafter block tokens)
     and what the steps in each shape's first ``warm`` runs cost against the later ones: a GPU replays a CUDA graph
-    only for a shape run before (patches/0007), so a policy whose shapes keep changing runs many steps without one."""
+    only for a shape run before (patches/0007), so a policy whose shapes keep changing runs many steps without one.
+    Each early step is also set against the median of its own shape's later runs (``early_over_later``: the warm-up
+    factor, free of which shapes happen to be early) and its excess over that median summed (``warmup_excess_s``,
+    with ``seconds``, all drafting and copying seconds at that n, beside it); ``shapes_run_once_or_twice`` counts the
+    shapes that never ran past their warm-up."""
     out, seen = [], {}
-    by: dict[int, list[tuple[bool, float]]] = {}
+    by: dict[int, list[tuple[tuple, bool, float]]] = {}
     for r in decode:
         if not any(r["ks"]) and not r.get("copied"):
             continue
         shape = (r["n"], r["n"] + sum(r["ks"]) + r.get("copied", 0), sum(k + 1 for k in r["ks"] if k))
         seen[shape] = seen.get(shape, 0) + 1
-        by.setdefault(r["n"], []).append((seen[shape] <= warm, r["s"]))
+        by.setdefault(r["n"], []).append((shape, seen[shape] <= warm, r["s"]))
     for n in sorted(by):
-        early = [s for first, s in by[n] if first]
-        later = [s for first, s in by[n] if not first]
+        early = [s for _, first, s in by[n] if first]
+        later = [s for _, first, s in by[n] if not first]
         row = {"n": n, "steps": len(by[n]), "shapes": sum(1 for k in seen if k[0] == n),
-               f"steps_in_first_{warm}_runs": len(early)}
+               "shapes_run_once_or_twice": sum(1 for k, c in seen.items() if k[0] == n and c <= warm),
+               f"steps_in_first_{warm}_runs": len(early), "seconds": round(sum(s for *_, s in by[n]), 4)}
         for name, xs in (("early", early), ("later", later)):
             if xs:
                 row[f"{name}_ms_median"] = round(1e3 * statistics.median(xs), 3)
+        settled: dict[tuple, list[float]] = {}
+        for shape, first, s in by[n]:
+            if not first:
+                settled.setdefault(shape, []).append(s)
+        base = {k: statistics.median(v) for k, v in settled.items()}
+        paired = [(s, base[shape]) for shape, first, s in by[n] if first and shape in base]
+        if paired:
+            row["early_over_later"] = {"steps": len(paired),
+                                       "median": round(statistics.median(s / b for s, b in paired), 3)}
+            row["warmup_excess_s"] = round(sum(s - b for s, b in paired), 4)
         out.append(row)
     return out
 
@@ -141,7 +157,7 @@ def main(argv=None) -> int:
     ap.add_argument("trace")
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
-    with open(a.trace) as f:
+    with (gzip.open(a.trace, "rt") if a.trace.endswith(".gz") else open(a.trace)) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     text = json.dumps(summarize(rows), indent=1)
     if a.out:

@@ -837,9 +837,13 @@ def test_trace_summary_counts_drafting_shapes_and_their_first_runs(monkeypatch):
     rows = [row([4, 0], 0.004), row([4, 0], 0.004), row([4, 0], 0.002), row([0, 4], 0.002),  # one shape: 6 / 5
             row([2, 2], 0.005), row([0, 0], 0.001), row([3], 0.003)]
     got = {r["n"]: r for r in draft_shapes(rows)}
-    assert got[2] == {"n": 2, "steps": 5, "shapes": 2, "steps_in_first_2_runs": 3, "early_ms_median": 4.0,
-                      "later_ms_median": 2.0}
-    assert got[1] == {"n": 1, "steps": 1, "shapes": 1, "steps_in_first_2_runs": 1, "early_ms_median": 3.0}
+    # shape (2, 6, 5) ran at 4, 4, then 2 ms: its two warm-up runs cost 2x its settled run, 4 ms over it in all;
+    # (2, 6, 6) ran once and has no settled run to set it against
+    assert got[2] == {"n": 2, "steps": 5, "shapes": 2, "shapes_run_once_or_twice": 1, "steps_in_first_2_runs": 3,
+                      "seconds": 0.017, "early_ms_median": 4.0, "later_ms_median": 2.0,
+                      "early_over_later": {"steps": 2, "median": 2.0}, "warmup_excess_s": 0.004}
+    assert got[1] == {"n": 1, "steps": 1, "shapes": 1, "shapes_run_once_or_twice": 1, "steps_in_first_2_runs": 1,
+                      "seconds": 0.003, "early_ms_median": 3.0}
 
 
 def test_a_lead_in_keeps_features_only_for_the_probing_slots(tiny):
