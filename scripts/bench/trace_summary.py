@@ -68,6 +68,7 @@ def summarize(rows: list[dict], worst: int = 12) -> dict:
     costly = sorted(decode, key=lambda r: -r["s"])[:worst]
     return {"steps": len(rows), "decode_steps": len(decode), "groups": out, "by_n": by_n(out),
             "draft_shapes": draft_shapes(decode), "stand_in": stand_in(decode), "time": timeline(rows),
+            "windows": windows(decode),
             "costliest": [{"n": r["n"], "ks": r["ks"], "features": r["features"], "ms": round(1e3 * r["s"], 2),
                            "split_ms": [round(1e3 * x, 2) for x in r["split"]]} for r in costly]}
 
@@ -107,6 +108,26 @@ def draft_shapes(decode: list[dict], warm: int = 2) -> list[dict]:
             row["early_over_later"] = {"steps": len(paired),
                                        "median": round(statistics.median(s / b for s, b in paired), 3)}
             row["warmup_excess_s"] = round(sum(s - b for s, b in paired), 4)
+        out.append(row)
+    return out
+
+
+def windows(decode: list[dict], width: float = 2.0) -> list[dict]:
+    """The decode steps in windows of ``width`` seconds of wall time (traces with start times): per window the
+    steps, the median running slots, the share of steps that drafted (a drafter block went in) or copied, and the
+    tokens emitted per second of step time. A benchmark's rounds last a few seconds each, so a policy that drafts in
+    some rounds and pauses through others shows as windows of one kind, then of the other."""
+    timed = [r for r in decode if "t" in r]
+    if not timed:
+        return []
+    out, t0 = [], timed[0]["t"]
+    for i in sorted({int((r["t"] - t0) // width) for r in timed}):
+        rs = [r for r in timed if int((r["t"] - t0) // width) == i]
+        row = {"from_s": round(i * width, 1), "steps": len(rs), "n_median": statistics.median(r["n"] for r in rs),
+               "drafting_share": round(sum(1 for r in rs if any(r["ks"])) / len(rs), 3),
+               "copy_share": round(sum(1 for r in rs if not any(r["ks"]) and r.get("copied")) / len(rs), 3)}
+        if all("emitted" in r for r in rs):
+            row["tok_per_step_s"] = round(sum(sum(r["emitted"]) for r in rs) / sum(r["s"] for r in rs), 1)
         out.append(row)
     return out
 

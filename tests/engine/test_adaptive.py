@@ -818,6 +818,10 @@ def test_step_trace_writes_a_line_per_step(tiny, tmp_path, monkeypatch):
     assert sum(r["steps"] for r in summary["by_n"]) == sum(g["steps"] for g in summary["groups"])
     drafting = [x for x in decode if not x["prefilling"] and (any(x["ks"]) or x["copied"])]
     assert sum(r["steps"] for r in summary["draft_shapes"]) == len(drafting)
+    # the windows of wall time hold every decode step once, and their drafting shares add up to the drafting steps
+    assert sum(w["steps"] for w in summary["windows"]) == len([x for x in decode if not x["prefilling"]])
+    assert sum(round(w["drafting_share"] * w["steps"]) for w in summary["windows"]) == len(
+        [x for x in decode if not x["prefilling"] and any(x["ks"])])
     # the copy stand-in's decision on every step that planned a block (its refusals name their reason)
     planned = [x for x in decode if not x["prefilling"] and x["first"]]
     assert all(x["first"] in {"copy", "check", "match", "edge", "wait", "history", "irregular"} for x in planned)
