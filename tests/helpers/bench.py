@@ -1,4 +1,4 @@
-"""Loading a script of scripts/bench (not a package) in a test."""
+"""Loading a script of scripts/bench or scripts/dev (not packages) in a test."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import pathlib
 import sys
 from types import ModuleType
 
-BENCH = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "bench"
+SCRIPTS = pathlib.Path(__file__).resolve().parents[2] / "scripts"
 
 
-def load_bench(script: str, module: str | None = None, register: bool = False) -> ModuleType:
-    """scripts/bench/<script>.py as a module named ``module`` (default: the script's name). register: put it in
+def load_bench(script: str, module: str | None = None, register: bool = False, folder: str = "bench") -> ModuleType:
+    """scripts/<folder>/<script>.py as a module named ``module`` (default: the script's name). register: put it in
     sys.modules first, for a script whose dataclasses look their module up there or whose imports should find it."""
     name = module or script
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{script}.py")
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / folder / f"{script}.py")
     mod = importlib.util.module_from_spec(spec)
     if register:
         sys.modules[name] = mod
