@@ -476,6 +476,8 @@ class Engine:
         if slot.finish_reason is None:
             return Event(slot.request.id, text, new_tokens)
         text += slot.text.finish()
+        if slot.text.stopped:  # the flush completed a stop string (TextStream.finish)
+            slot.finish_reason = "stop"
         result = Result(slot.request.id, slot.text.text, list(slot.generated), slot.finish_reason, slot.stats,
                         synthetic=self.synth_p is not None)
         self._release(slot)

@@ -33,9 +33,13 @@ class TextStream:
         return self._emit(len(self.text) - self._holdback())
 
     def finish(self) -> str:
-        """End of generation: flush held-back text and any incomplete bytes."""
+        """End of generation: flush held-back text and any incomplete bytes. The flush can complete a stop string
+        (incomplete bytes become U+FFFD, which a stop may hold): cut there too, so none is ever returned."""
         if not self.stopped:
             self.text += self._dec.decode(b"", final=True)
+            cut = self._find_stop()
+            if cut is not None:
+                self.text, self.stopped = self.text[:cut], True
         return self._emit(len(self.text))
 
     def _emit(self, upto: int) -> str:

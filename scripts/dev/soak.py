@@ -182,6 +182,8 @@ def run(sc: Scenario, pair, oracle) -> dict:
         where = f"request {i} (max_tokens {a.max_tokens}, stop {a.stop!r}, ignore_eos {a.ignore_eos})"
         if streamed[r.id] != res.text:
             problems.append(f"{where}: streamed text {streamed[r.id]!r} is not the result's {res.text!r}")
+        if any(stop in res.text for stop in a.stop):  # whatever the tokens: a stop string is never returned
+            problems.append(f"{where}: the text holds the stop string: {res.text!r}")
         if res.tokens == ref.tokens:
             if res.finish_reason != ref.finish_reason or res.text != ref.text:
                 problems.append(f"{where}: plain's tokens but finish {res.finish_reason!r} / text {res.text!r}, "
@@ -193,7 +195,9 @@ def run(sc: Scenario, pair, oracle) -> dict:
         except AssertionError as e:
             problems.append(f"{where}: {e}")
             continue
-        if flips == 0 and len(res.tokens) != len(ref.tokens):
+        # no divergence at all (oracle.regrets: one entry per tie passed, exact ties included), yet one ran longer:
+        # a stop or EOS that one of them missed. After a tie the texts part, and so may their stops
+        if not oracle.regrets and len(res.tokens) != len(ref.tokens):
             problems.append(f"{where}: {len(res.tokens)} tokens where plain wrote {len(ref.tokens)}, no tie between")
         stats["flips"] += flips
     return {"problems": problems, "stats": stats}

@@ -53,3 +53,11 @@ def test_nothing_after_stop():
     assert ts.push(b"xEND") == "x"
     assert ts.push(b"more") == ""
     assert ts.finish() == ""
+
+
+def test_a_stop_completed_by_the_final_flush_is_cut_too():
+    """Incomplete bytes at the end become U+FFFD only in finish(); a stop string holding one (the soak cut such
+    stops from plain decoding's own text) ends the text there, as it would mid-stream."""
+    out, ts = run([b"ab", b"\xe2\x82"], stops=["b\ufffd"])
+    assert "".join(out) == "a" == ts.text
+    assert ts.stopped
