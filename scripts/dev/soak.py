@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import sys
 import tempfile
 import time
@@ -137,8 +138,10 @@ def fix_stops(sc: Scenario, plain) -> list:
     return refs
 
 
-def run(sc: Scenario, pair, oracle) -> dict:
-    """The scenario on the speculative engine; what went wrong, request by request (an empty list: nothing)."""
+def run(sc: Scenario, pair, oracle, plain: bool = False) -> dict:
+    """The scenario on the speculative engine; what went wrong, request by request (an empty list: nothing).
+    plain: the same scenario without the drafter, the control: how far concurrent batching alone moves greedy
+    output from one request at a time (a divergence there is no speculation's)."""
     from pydflash import api
     from pydflash.cache.config import CacheConfig
     from pydflash.config import EngineConfig
@@ -148,11 +151,13 @@ def run(sc: Scenario, pair, oracle) -> dict:
     refs = fix_stops(sc, oracle.llm)
     problems: list[str] = []
     stats = {"requests": len(sc.asks), "cancelled": 0, "drafted": 0, "accepted": 0, "cached": 0, "flips": 0,
-             "steps": 0}
-    with api.load(pair.target, pair.drafter, config=EngineConfig(**sc.engine), cache=CacheConfig(**sc.cache)) as llm:
+             "steps": 0, "max_regret": 0.0}
+    engine = {**sc.engine, "draft_max": 0, "adaptive": False} if plain else sc.engine
+    with api.load(pair.target, None if plain else pair.drafter, config=EngineConfig(**engine),
+                  cache=CacheConfig(**sc.cache)) as llm:
         eng = llm.engine
         reqs = [Request(a.prompt, max_tokens=a.max_tokens, ignore_eos=a.ignore_eos, stop=a.stop,
-                        draft_max=a.draft_max, cache_prompt=a.cache_prompt) for a in sc.asks]
+                        draft_max=None if plain else a.draft_max, cache_prompt=a.cache_prompt) for a in sc.asks]
         streamed = {r.id: "" for r in reqs}
         results, cancelled, step = {}, set(), 0
         last_arrival = max(a.arrive for a in sc.asks)
@@ -195,6 +200,10 @@ def run(sc: Scenario, pair, oracle) -> dict:
         except AssertionError as e:
             problems.append(f"{where}: {e}")
             continue
+        finally:  # the largest tie passed or refused: the control (--plain) shows what batching alone reaches
+            seen = [r for _, r in oracle.regrets] + [float(x) for x in re.findall(r"regret ([0-9.]+) nat", str(
+                problems[-1] if problems and problems[-1].startswith(where) else ""))]
+            stats["max_regret"] = max([stats["max_regret"], *seen])
         # no divergence at all (oracle.regrets: one entry per tie passed, exact ties included), yet one ran longer:
         # a stop or EOS that one of them missed. After a tie the texts part, and so may their stops
         if not oracle.regrets and len(res.tokens) != len(ref.tokens):
@@ -210,6 +219,8 @@ def main(argv=None) -> int:
     ap.add_argument("--minutes", type=float, default=5.0)
     ap.add_argument("--archs", default=",".join(ARCHS), help=f"tiny pairs of these archs, or {REAL!r}")
     ap.add_argument("--out", default="", help="a JSON report (every seed's counts, each failure's scenario)")
+    ap.add_argument("--plain", action="store_true",
+                    help="the control: the same scenarios without the drafter (concurrent batching alone)")
     a = ap.parse_args(argv)
     from pydflash.defaults import default_pair
     from pydflash.factory import write_tiny_pair
@@ -217,7 +228,7 @@ def main(argv=None) -> int:
 
     archs = tuple(a.archs.split(","))
     pairs, oracles = {}, {}
-    report = {"start": a.start, "archs": list(archs), "seeds": [], "failures": []}
+    report = {"start": a.start, "archs": list(archs), "plain": a.plain, "seeds": [], "failures": []}
     t_end = time.monotonic() + 60 * a.minutes
     with tempfile.TemporaryDirectory() as tmp:
         try:
@@ -230,7 +241,7 @@ def main(argv=None) -> int:
                     oracles[sc.arch] = Oracle(pairs[sc.arch].target)
                 t0 = time.monotonic()
                 try:
-                    out = run(sc, pairs[sc.arch], oracles[sc.arch])
+                    out = run(sc, pairs[sc.arch], oracles[sc.arch], plain=a.plain)
                 except Exception:  # the engine raised (an invariant, a native error): the scenario's failure
                     out = {"problems": [traceback.format_exc(limit=6)], "stats": {}}
                 row = {"seed": seed, "arch": sc.arch, "s": round(time.monotonic() - t0, 2), **out["stats"]}
