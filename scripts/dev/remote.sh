@@ -247,8 +247,8 @@
 # 2026-12-08 (twenty-fifth session, a new checkout: .device-bench/ packed again, SLIM=1 NO_CORPUS=1, the model re-split
 # into five parts of 57 MB with the drafter, the safetensors, the data runs and docs/results moved out): refused at
 # 01:37 (nvidia-h200, 91 s), 01:38 (nvidia-h100-x1, 90 s), 01:41 (nvidia-h200, 90 s), 01:48 (nvidia-h200, 90 s),
-# 01:53 (nvidia-h100-x1, 90 s) and 01:58 (nvidia-h200: "later means in about 2 min"), each a "none tried" try
-# between them at 15 s; then `status` said new loans were paused for the session, with 1,229 s left. Nothing ran.
+# 01:53 (nvidia-h100-x1, 90 s) and 01:58 (nvidia-h200, 90 s), with two "none tried" answers (01:47, 01:51, 15 s each):
+# 571 s; then `status` said new loans were paused for the session, with 1,229 s left. Nothing ran.
 # The plan above stands; patches/0013 changes the source's key, so the next staging builds anew (no prebuilt pack).
 # What a whole issue-13 run costs (2026-12-02, docs/results/2026-12-02-h200-g, 1,800 s in all): setup ~60 s; `hooks` 362 s
 # (it waits for the build); `http` with py-plain,py-synth8,native-bs,py-random,py-dflash at 1,4,8,16 x 5 rounds
