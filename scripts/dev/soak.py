@@ -40,9 +40,13 @@ if str(REPO) not in sys.path:  # run as a script from anywhere: the tree's pydfl
 ARCHS = ("llama", "qwen3", "gemma3", "gemma4")
 REAL = "real"  # --archs real: the default pair (Gemma-3-270M Q4_K_M and the shipped drafter), whose drafts are accepted
 # The regret band: the tiny f32 pairs' (tests/helpers/oracle.py), and the real pair's, whose Q4_K_M weights batched
-# several sequences at a time round further from a single-sequence forward (tests/server/test_server_real.py)
-BAND = {REAL: 1.0}
-FLIPS = {REAL: 6}
+# several sequences at a time round further from a single-sequence forward (tests/server/test_server_real.py). The
+# tiny Gemma-4 rounds far more than the other tiny targets: the same 200 tokens decoded one at a time, with the last
+# 100 in KV cells below the first 100 (cell order is not position order once slots come and go), moved its logits
+# by up to 0.32 nat against one forward over them (the tiny Gemma-3: 0.015; nothing speculative ran); 950 seeds of
+# the soak after patches/0013 put its speculative ties at up to 0.37 nat, where the bug that patch fixes gave 0.5-7.9
+BAND = {REAL: 1.0, "gemma4": 0.5}
+FLIPS = {REAL: 6, "gemma4": 6}
 WORDS = ("the of and to in is it you that he was for on are with as his they at be this have from or one had by "
          "word but not what all were we when your can said there use an each which she do how their if will up "
          "other about out many then them these so some her would make like him into time has look two more write "
