@@ -6,7 +6,8 @@ the step's seconds (median, mean, p90) with their split, the tokens the steps em
 (traces that record ``emitted``), for drafting steps the measured over the predicted seconds
 (``predicted`` is set for decided drafting steps, not for calibration or probes), per slot count the share of decode
 time that drafting cost beyond plain featureless steps and how many step shapes its drafting took (and what a
-shape's first runs cost against its later ones), where the wall time went, and the costliest steps.
+shape's first runs cost against its later ones), where the wall time went, what the engine did in each 2-second window
+of it (drafting or pausing, round by round), and the costliest steps. Reads a trace or a gzipped one.
 
     .venv/bin/python scripts/bench/trace_summary.py TRACE [--out SUMMARY.json]
 """
@@ -120,9 +121,11 @@ def windows(decode: list[dict], width: float = 2.0) -> list[dict]:
     timed = [r for r in decode if "t" in r]
     if not timed:
         return []
-    out, t0 = [], timed[0]["t"]
-    for i in sorted({int((r["t"] - t0) // width) for r in timed}):
-        rs = [r for r in timed if int((r["t"] - t0) // width) == i]
+    by: dict[int, list[dict]] = {}
+    for r in timed:
+        by.setdefault(int((r["t"] - timed[0]["t"]) // width), []).append(r)
+    out = []
+    for i, rs in sorted(by.items()):
         row = {"from_s": round(i * width, 1), "steps": len(rs), "n_median": statistics.median(r["n"] for r in rs),
                "drafting_share": round(sum(1 for r in rs if any(r["ks"])) / len(rs), 3),
                "copy_share": round(sum(1 for r in rs if not any(r["ks"]) and r.get("copied")) / len(rs), 3)}
