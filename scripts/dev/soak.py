@@ -68,6 +68,7 @@ class Ask:
     cancel_after: int | None = None  # steps after arrival at which it is cancelled (None: never)
     stop_at: float | None = None  # where in plain's text its stop string is taken (None: no stop)
     stop: list[str] = field(default_factory=list)
+    temperature: float = 0.0  # > 0: a seeded sampled request beside the greedy ones (its own checks: ``run``)
 
 
 @dataclass
@@ -93,7 +94,8 @@ def draw(seed: int, archs=ARCHS) -> Scenario:
     rng = random.Random(seed)
     arch = rng.choice(archs)
     n_batch, n_ubatch = rng.choice([(512, 512), (64, 32), (128, 64)])
-    engine = {"n_slots": rng.choice([1, 2, 3, 4, 6]), "n_ctx_slot": 1024, "n_batch": n_batch, "n_ubatch": n_ubatch,
+    engine = {"n_slots": rng.choice([1, 2, 3, 4, 6]), "n_ctx_slot": rng.choice([1024, 1024, 256]),
+              "n_batch": n_batch, "n_ubatch": n_ubatch,
               "adaptive": rng.random() < 0.5, "draft_max": rng.choice([None, None, 1, 3, 7]),
               "lookup": rng.random() < 0.7}
     cache = {"reuse": rng.random() < 0.8, "device_cells": rng.choice([-1, -1, 0]), "keep_all": rng.random() < 0.3,
@@ -122,7 +124,8 @@ def draw(seed: int, archs=ARCHS) -> Scenario:
                         ignore_eos=rng.random() < 0.7, draft_max=rng.choice([None] * 8 + [0, 2]),
                         cache_prompt=rng.random() < 0.85, arrive=arrive,
                         cancel_after=rng.randint(0, 30) if rng.random() < 0.05 else None,
-                        stop_at=rng.random() if rng.random() < 0.35 else None))
+                        stop_at=rng.random() if rng.random() < 0.35 else None,
+                        temperature=rng.choice([0.7, 1.0]) if rng.random() < 0.1 else 0.0))
     return Scenario(seed, arch, engine, cache, asks)
 
 
@@ -131,6 +134,9 @@ def fix_stops(sc: Scenario, plain) -> list:
     a drafted block where one is drafted), and plain's result with that stop: the reference."""
     refs = []
     for a in sc.asks:
+        if a.temperature > 0:  # sampled: no reference to match (its text is its seed's)
+            refs.append(None)
+            continue
         if a.stop_at is not None:
             text = plain.generate(a.prompt, max_tokens=a.max_tokens, ignore_eos=a.ignore_eos, cache_prompt=False).text
             if text.strip():
@@ -150,25 +156,40 @@ def run(sc: Scenario, pair, oracle, plain: bool = False) -> dict:
     from pydflash.cache.config import CacheConfig
     from pydflash.config import EngineConfig
     from pydflash.engine.request import Request
+    from pydflash.errors import ContextOverflow
     from tests.helpers.oracle import MAX_REGRET
 
     refs = fix_stops(sc, oracle.llm)
     problems: list[str] = []
-    stats = {"requests": len(sc.asks), "cancelled": 0, "drafted": 0, "accepted": 0, "cached": 0, "flips": 0,
-             "steps": 0, "max_regret": 0.0}
+    stats = {"requests": len(sc.asks), "cancelled": 0, "refused": 0, "sampled": 0, "drafted": 0, "accepted": 0,
+             "cached": 0, "flips": 0, "steps": 0, "max_regret": 0.0}
     engine = {**sc.engine, "draft_max": 0, "adaptive": False} if plain else sc.engine
     with api.load(pair.target, None if plain else pair.drafter, config=EngineConfig(**engine),
                   cache=CacheConfig(**sc.cache)) as llm:
         eng = llm.engine
         reqs = [Request(a.prompt, max_tokens=a.max_tokens, ignore_eos=a.ignore_eos, stop=a.stop,
-                        draft_max=None if plain else a.draft_max, cache_prompt=a.cache_prompt) for a in sc.asks]
+                        draft_max=None if plain else a.draft_max, cache_prompt=a.cache_prompt,
+                        temperature=a.temperature, seed=sc.seed + i) for i, a in enumerate(sc.asks)]
         streamed = {r.id: "" for r in reqs}
         results, cancelled, step = {}, set(), 0
+        # a request that cannot fit its slot (prompt + max_tokens + a block) is refused when submitted, typed, and
+        # nothing else is held up: counted with the cancelled ones
+        fits = [len(oracle.llm.tokenize(a.prompt)) + a.max_tokens + eng.block_size <= sc.engine["n_ctx_slot"]
+                for a in sc.asks]
         last_arrival = max(a.arrive for a in sc.asks)
         while len(results) + len(cancelled) < len(reqs):
-            for r, a in zip(reqs, sc.asks):
+            for r, a, fit in zip(reqs, sc.asks, fits):
                 if a.arrive == step:
-                    eng.submit(r)
+                    try:
+                        eng.submit(r)
+                    except ContextOverflow:
+                        cancelled.add(r.id)
+                        stats["refused"] += 1
+                        if fit:
+                            problems.append(f"a request that fits its slot was refused: {a}")
+                        continue
+                    if not fit:
+                        problems.append(f"a request over its slot was taken: {a}")
                 if a.cancel_after is not None and step == a.arrive + a.cancel_after and r.id not in results:
                     if eng.cancel(r.id):
                         cancelled.add(r.id)
@@ -180,7 +201,7 @@ def run(sc: Scenario, pair, oracle, plain: bool = False) -> dict:
             if step > last_arrival + STEP_CAP:
                 problems.append(f"no end after {step} steps: {len(results)} of {len(reqs)} finished")
                 break
-        stats["steps"], stats["cancelled"] = step, len(cancelled)
+        stats["steps"], stats["cancelled"] = step, len(cancelled) - stats["refused"]
     for i, (r, a, ref) in enumerate(zip(reqs, sc.asks, refs)):
         res = results.get(r.id)
         if res is None:
@@ -193,6 +214,11 @@ def run(sc: Scenario, pair, oracle, plain: bool = False) -> dict:
             problems.append(f"{where}: streamed text {streamed[r.id]!r} is not the result's {res.text!r}")
         if any(stop in res.text for stop in a.stop):  # whatever the tokens: a stop string is never returned
             problems.append(f"{where}: the text holds the stop string: {res.text!r}")
+        if ref is None:  # sampled: its bounds only; what it shares the steps with is checked as usual
+            stats["sampled"] += 1
+            if not 1 <= len(res.tokens) <= a.max_tokens or res.finish_reason not in ("stop", "length"):
+                problems.append(f"{where}, sampled: {len(res.tokens)} tokens, finish {res.finish_reason!r}")
+            continue
         if res.tokens == ref.tokens:
             if res.finish_reason != ref.finish_reason or res.text != ref.text:
                 problems.append(f"{where}: plain's tokens but finish {res.finish_reason!r} / text {res.text!r}, "
@@ -257,8 +283,8 @@ def main(argv=None) -> int:
         finally:
             for o in oracles.values():
                 o.close()
-    totals = {k: sum(r.get(k, 0) for r in report["seeds"]) for k in ("requests", "drafted", "accepted", "cached",
-                                                                      "flips")}
+    totals = {k: sum(r.get(k, 0) for r in report["seeds"])
+              for k in ("requests", "refused", "sampled", "drafted", "accepted", "cached", "flips")}
     report["totals"] = {"seeds": len(report["seeds"]), "failed": len(report["failures"]), **totals}
     print(json.dumps(report["totals"]))
     for f in report["failures"]:

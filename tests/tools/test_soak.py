@@ -25,6 +25,8 @@ def test_a_seed_draws_one_scenario_and_the_seeds_cover_every_kind_of_request():
     assert {sc.engine["adaptive"] for sc in scenarios} == {True, False}
     assert {sc.cache["ram_mib"] > 0 for sc in scenarios} == {True, False}
     assert {sc.engine["n_ubatch"] for sc in scenarios} == {32, 64, 512}
+    assert {sc.engine["n_ctx_slot"] for sc in scenarios} == {256, 1024}  # small slots: requests refused at submit
+    assert any(a.temperature > 0 for a in asks) and any(a.temperature == 0 for a in asks)
     # arrivals never go back in time (the run submits each at its step)
     assert all([a.arrive for a in sc.asks] == sorted(a.arrive for a in sc.asks) for sc in scenarios)
 
