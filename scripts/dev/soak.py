@@ -1,21 +1,27 @@
 #!/usr/bin/env python3
-"""A randomized soak of the speculative transaction against plain greedy decoding, on the tiny factory pairs.
+"""A randomized soak of the speculative transaction against plain greedy decoding, on the tiny factory pairs (or
+the default pair: ``--archs real``).
 
-Each seed draws one scenario: an engine configuration (slots, block length, adaptive drafting, copies, prefill
-chunks), a prompt-cache configuration (slot reuse, the device tier, the RAM tier, checkpoints) and 6-20 greedy
+Each seed draws one scenario: an engine configuration (slots, slot size, block length, adaptive drafting, copies,
+prefill chunks), a prompt-cache configuration (slot reuse, the device tier, the RAM tier, checkpoints) and 6-20
 requests that arrive at random steps, some of them repeating, extending or sharing a prefix with earlier ones (cache
 hits), with stop strings taken from the text plain decoding would write (so that they land inside a block), with
-and without EOS, some with drafting off, a few cancelled mid-flight. What must hold, request by request:
+and without EOS, some with drafting off, a few cancelled mid-flight, one in ten sampled (seeded) beside the greedy
+ones. What must hold, request by request:
 
-- the output is plain greedy's (the same engine with ``draft_max=0`` and no cache, one request at a time), up to
-  float near-ties: a divergence passes only under the regret gate (``tests/helpers/oracle.py``, 0.2 nat);
-- where nothing diverged, the finish reason and the text are plain's, and the streamed events add up to the result;
+- a greedy output is plain greedy's (the same engine with ``draft_max=0`` and no cache, one request at a time), up
+  to float near-ties: a divergence passes only under the regret gate (``tests/helpers/oracle.py``, 0.2 nat; ``BAND``);
+- where nothing diverged, the finish reason and the text are plain's;
+- the streamed events add up to the result, and no returned text holds its stop string;
+- a sampled output stays within its bounds;
+- a request that cannot fit its slot is refused at submit (``ContextOverflow``), and no other is;
 - the engine's own invariant checks (KV and feature bookkeeping, every step) never fire, nothing raises, and the
   run ends (a step cap catches a hang).
 
 A failure is reported with its seed; ``--seeds N --start S`` replays exactly that scenario (the draw depends on the
-seed alone). Runs on a CPU in ~1-4 s a seed; the scenario generator has a fast test (``tests/tools/test_soak.py``),
-and long runs are for a developer before a change lands, not for CI:
+seed alone). ``--plain`` runs the scenarios without the drafter: the control. Runs on a CPU in ~1-6 s a seed of the
+tiny pairs; the scenario generator and the checks have fast tests (``tests/tools/test_soak.py``), and long runs are
+for a developer before a change lands, not for CI:
 
     .venv/bin/python scripts/dev/soak.py --minutes 20 --out /tmp/soak.json
 """
