@@ -72,3 +72,54 @@ def test_events_go_out_before_the_next_forward_and_all_of_them(tiny, monkeypatch
     assert all(a < b for a, b in zip(inside, inside[1:])) and set(inside) <= set(ends)
     assert deliveries[-1][2][-1].finished  # the last step's events go out at once when no step follows
     engine.close()
+
+
+def test_an_exception_in_a_step_fails_every_request_once_and_reports_the_death(tiny, monkeypatch):
+    """A Python exception out of ``Engine.step`` mid-generation (not a process kill): each running request gets the
+    events its earlier steps made, then one ``EngineDead`` naming the cause; ``dead`` holds it and ``on_death`` runs
+    once, which is what makes a worker report 503 and exit for the router to respawn it."""
+    from pydflash.server.engine_client import EngineDead
+
+    p = tiny("qwen3")
+    engine = Engine(load_pair(p.target, p.drafter), EngineConfig(n_slots=2, n_ctx_slot=512))
+    step, steps = engine.step, []
+
+    def failing_step():
+        steps.append(None)
+        if len(steps) == 4:
+            raise RuntimeError("a bug in the step")
+        return step()
+
+    monkeypatch.setattr(engine, "step", failing_step)
+    deaths = []
+    reqs = [Request([1, 5, 9, 13], max_tokens=200, ignore_eos=True), Request([1, 6, 10], max_tokens=200,
+                                                                                ignore_eos=True)]
+
+    async def main():
+        eloop = EngineThread(engine, on_death=deaths.append)
+        sinks = {r.id: Sink() for r in reqs}
+        eloop.start()
+        try:
+            for r in reqs:
+                eloop.submit(r, sinks[r.id])
+            ends = {}
+            for r in reqs:
+                assert (await sinks[r.id].get())[1] == ACCEPTED
+                tokens = 0
+                while True:
+                    item = (await asyncio.wait_for(sinks[r.id].get(), 30))[1]
+                    if isinstance(item, BaseException):
+                        ends[r.id] = (tokens, item)
+                        break
+                    assert not item.finished  # 200 tokens cannot be done in three steps
+                    tokens += len(item.tokens)
+            return eloop, ends
+        finally:
+            eloop.stop()
+
+    eloop, ends = asyncio.run(main())
+    assert all(isinstance(err, EngineDead) and "a bug in the step" in str(err) for _, err in ends.values())
+    assert all(tokens > 0 for tokens, _ in ends.values())  # what the steps before the failure made arrived first
+    assert isinstance(eloop.dead, RuntimeError) and len(deaths) == 1 and deaths[0] is eloop.dead
+    engine.close()
+    engine.pair.close()
