@@ -129,7 +129,10 @@ def test_two_replicas_through_pydflash_server_ray(tiny, tmp_path, ray_instance):
             assert "error" not in s and s["status"] == 200 and s["frames"][-1] == "[DONE]", s.get("error")
             last = json.loads(s["frames"][-2])
             if s["replica"] == victim:  # cut: the clean error event, not a broken connection
-                assert last["error"]["code"] == 503 and last["error"]["type"] == "unavailable_error", last
+                # (read with .get so that a stream that ended without one shows its last frame and length: CI on
+                # 2026-12-08 once saw the victim's stream end on a plain data frame and [DONE], cause not yet found)
+                err = last.get("error", {})
+                assert err.get("code") == 503 and err.get("type") == "unavailable_error", (len(s["frames"]), last)
             else:  # the other replica's streams ran to their end
                 assert last["choices"][0]["finish_reason"] == "length", last
         for p in posts:  # sent again to a live replica if theirs died before answering
