@@ -43,6 +43,7 @@ sys.path.insert(0, str(REPO))
 
 import pydflash  # noqa: E402,F401  (loads libllama before numpy)
 from pydflash.config import EngineConfig  # noqa: E402
+from pydflash.engine.costs import WARMUP  # noqa: E402
 from pydflash.engine.drafter import NO_COST, ProposeCost  # noqa: E402
 from pydflash.engine.engine import Engine  # noqa: E402
 from pydflash.engine.request import Request  # noqa: E402
@@ -95,7 +96,7 @@ class ModelledCosts:
         block = DRAFT0 + DRAFT_SLOT * drafting + DRAFT_TOKEN * blocks if drafting else 0.0
         shape = (x, blocks)
         runs = self.shapes[shape] = self.shapes.get(shape, 0) + 1
-        warming = runs <= 2
+        warming = runs <= WARMUP  # the runs the cost curves drop as the backend's warm-up
         f = (self.warm if warming else 1.0) * self.rng.lognormvariate(0.0, self.sigma)
         v, inject, block = v * f, inject * f, block * f
         self._step_s = v + inject + block
